@@ -32,7 +32,9 @@ class ParseError(SequantEvalError):
         where = f"line {line}, column {column}"
         snippet = ""
         if text:
-            snippet = f"\n    {text}\n    {' ' * (column - 1)}^"
+            lo = max(0, column - 40)
+            window = text[lo : column + 40]
+            snippet = f"\n    {window}\n    {' ' * (column - 1 - lo)}^"
         super().__init__(f"{where}: {message}{snippet}")
 
 

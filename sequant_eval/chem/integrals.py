@@ -1,0 +1,243 @@
+"""Spin-orbital Fock and antisymmetrized two-electron integrals from a PySCF RHF.
+
+Equations derived symbolically (spin-orbital coupled cluster) read blocks of two tensors:
+the Fock matrix ``f`` and the antisymmetrized integrals ``g``, each block named by one
+index space per slot (``"i"`` occupied, ``"a"`` virtual).  The derivation decides which
+blocks it reads and in which slot order (``("a","i","i","a")``, ``("a","a","i","i")``, ...),
+so this module serves *any* block on demand instead of the handful PySCF's GCCSD stores.
+
+Conventions (identical to PySCF's GHF obtained from an RHF, hence to ``pyscf.cc.GCCSD``,
+so amplitudes are directly comparable):
+
+* spatial orbital ``P`` becomes spin orbitals ``2P`` (alpha) and ``2P+1`` (beta);
+  occupied spin orbitals come first (``0 .. nocc-1``), then virtuals;
+* ``f[p, q]`` is the Fock element ``<p|F|q>`` (bra ``p``, ket ``q``);
+* ``g[p, q, r, s] = <pq||rs> = <pq|rs> - <pq|sr>`` in physicist notation, bra ``pq``,
+  with ``<pq|rs> = (pr|qs)`` (chemist notation over spatial orbitals, times spin deltas).
+
+Blocks are computed lazily: the spatial MO integrals are transformed once (the whole
+``nmo**4`` tensor when it fits ``max_full_eri_bytes``, otherwise per block of spaces),
+spin-blocked on request, and cached.  Returned arrays are read-only views of the cache.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from sequant_eval.errors import SequantEvalError, ShapeMismatch, UnknownSpace, UnsupportedFeature
+
+__all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider"]
+
+#: A provider: takes one space name per slot and returns that block.
+BlockProvider = Callable[[tuple[str, ...]], np.ndarray]
+
+_SPACE_NAMES = ("i", "a")
+
+
+class SCFNotConverged(SequantEvalError):
+    """The mean-field calculation handed over did not converge."""
+
+
+class SpinOrbitalIntegrals:
+    """Spin-orbital ``f`` and ``<pq||rs>`` blocks of a closed-shell RHF reference.
+
+    Build with :meth:`from_molecule` or :meth:`from_scf`; hand :meth:`tensors` to an
+    evaluator.
+
+    Attributes
+    ----------
+    nocc, nvir : int
+        Numbers of occupied and virtual *spin* orbitals.
+    e_hf : float
+        Total RHF energy (including nuclear repulsion), Hartree.
+    mo_energy : numpy.ndarray
+        Spin-orbital energies, shape ``(nocc + nvir,)``, each spatial energy twice.
+    extents : dict[str, int]
+        ``{"i": nocc, "a": nvir}``.
+    scf : pyscf.scf.hf.RHF
+        The converged mean-field object the integrals came from.
+    """
+
+    def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30) -> None:
+        mo_coeff = np.asarray(mf.mo_coeff, dtype=np.float64)
+        mo_occ = np.asarray(mf.mo_occ)
+        nocc_sp = int(np.count_nonzero(mo_occ > 0))
+        self.scf = mf
+        self._mo_coeff = mo_coeff
+        self._nocc_sp = nocc_sp
+        self._nmo_sp = mo_coeff.shape[1]
+        self._slices = {
+            "i": slice(0, nocc_sp),
+            "a": slice(nocc_sp, self._nmo_sp),
+        }
+        self.nocc = 2 * nocc_sp
+        self.nvir = 2 * (self._nmo_sp - nocc_sp)
+        self.e_hf = float(mf.e_tot)
+        self.mo_energy = np.repeat(np.asarray(mf.mo_energy, dtype=np.float64), 2)
+        self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
+
+        # Fock matrix rebuilt from the density (as PySCF's CC codes do), in the MO basis.
+        dm = mf.make_rdm1(mo_coeff, mo_occ)
+        fock_ao = mf.get_fock(dm=dm)
+        fock_sp = mo_coeff.T @ fock_ao @ mo_coeff
+        self._fock = np.kron(fock_sp, np.eye(2))  # index 2P+sigma, spin-diagonal
+
+        self._eri_source = mf._eri if getattr(mf, "_eri", None) is not None else mf.mol
+        full_bytes = 8.0 * self._nmo_sp**4
+        self._eri_full: np.ndarray | None = None
+        self._full_allowed = full_bytes <= max_full_eri_bytes
+        self._chem_cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._g_cache: dict[tuple[str, ...], np.ndarray] = {}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_scf(cls, mf: Any, **kwargs: Any) -> "SpinOrbitalIntegrals":
+        """Wrap a converged closed-shell PySCF RHF object.
+
+        Raises
+        ------
+        UnsupportedFeature
+            If ``mf`` is not a closed-shell restricted Hartree-Fock (UHF, ROHF, GHF, DFT,
+            open shells) or is density fitted.
+        SCFNotConverged
+            If ``mf.converged`` is false.
+        """
+        kind = type(mf).__name__
+        istype = getattr(mf, "istype", None)
+        if istype is None or not istype("RHF") or istype("ROHF") or istype("KohnShamDFT"):
+            raise UnsupportedFeature(
+                f"SpinOrbitalIntegrals needs a closed-shell PySCF RHF object, got {kind}"
+            )
+        if getattr(mf, "with_df", None) is not None:
+            raise UnsupportedFeature(f"density-fitted mean field ({kind}) is not supported")
+        if mf.mol.spin != 0:
+            raise UnsupportedFeature(f"open-shell molecule (spin={mf.mol.spin}) is not supported")
+        if mf.mo_coeff is None or not mf.converged:
+            raise SCFNotConverged(
+                f"the {kind} calculation did not converge (e_tot={mf.e_tot}); "
+                "converge it (tighter conv_tol, more max_cycle) before building integrals"
+            )
+        return cls(mf, **kwargs)
+
+    @classmethod
+    def from_molecule(
+        cls, name: str, basis: str, *, conv_tol: float = 1e-12, **kwargs: Any
+    ) -> "SpinOrbitalIntegrals":
+        """Run RHF on a named molecule (see :mod:`sequant_eval.chem.molecules`) and wrap it.
+
+        ``conv_tol`` is PySCF's energy threshold; the orbital-gradient threshold is set to
+        ``max(sqrt(conv_tol) / 100, 1e-9)`` so that the Fock matrix is diagonal to ~1e-8.
+        """
+        from pyscf import scf
+
+        from sequant_eval.chem.molecules import build_molecule
+
+        mol = build_molecule(name, basis)
+        mf = scf.RHF(mol)
+        mf.conv_tol = conv_tol
+        mf.conv_tol_grad = max(conv_tol**0.5 / 100.0, 1e-9)
+        mf.max_cycle = 200
+        mf.kernel()
+        return cls.from_scf(mf, **kwargs)
+
+    # ------------------------------------------------------------------ providers
+    def tensors(self) -> dict[str, BlockProvider]:
+        """``{"f": fock_provider, "g": eri_provider}``; see :meth:`fock` and :meth:`eri`."""
+        return {"f": self.fock, "g": self.eri}
+
+    def fock(self, spaces: tuple[str, ...]) -> np.ndarray:
+        """Fock block ``f[p, q]`` for ``spaces = (space_p, space_q)``, e.g. ``("i", "a")``.
+
+        Returns a read-only C-contiguous float64 array of shape
+        ``(extents[space_p], extents[space_q])``.
+        """
+        sp, sq = self._check("f", spaces, 2)
+        block = np.ascontiguousarray(self._fock[self._spin_slice(sp), self._spin_slice(sq)])
+        block.setflags(write=False)
+        return block
+
+    def eri(self, spaces: tuple[str, ...]) -> np.ndarray:
+        """Antisymmetrized block ``<pq||rs>`` for ``spaces = (sp, sq, sr, ss)``.
+
+        Any order of spaces works, e.g. ``("a", "i", "i", "a")`` gives ``<aj||ib>``
+        indexed ``[a, j, i, b]``.  Returns a read-only C-contiguous float64 array of shape
+        ``tuple(extents[s] for s in spaces)``; blocks are cached (see :meth:`clear_cache`).
+        """
+        key = self._check("g", spaces, 4)
+        block = self._g_cache.get(key)
+        if block is None:
+            block = self._spin_block(*key)
+            block.setflags(write=False)
+            self._g_cache[key] = block
+        return block
+
+    def clear_cache(self) -> None:
+        """Drop all cached integral blocks (spatial and spin-orbital)."""
+        self._chem_cache.clear()
+        self._g_cache.clear()
+        self._eri_full = None
+
+    # ------------------------------------------------------------------ internals
+    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
+        try:
+            key = tuple(spaces)
+        except TypeError:
+            raise ShapeMismatch(
+                f"tensor {tensor!r} needs a tuple of {rank} space names, got {spaces!r}"
+            ) from None
+        if len(key) != rank:
+            raise ShapeMismatch(
+                f"tensor {tensor!r} has {rank} slots, but {len(key)} spaces were asked for: {key}"
+            )
+        for s in key:
+            if s not in self._slices:
+                raise UnknownSpace(
+                    f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
+                    f"known spaces: {', '.join(_SPACE_NAMES)}"
+                )
+        return key
+
+    def _spin_slice(self, space: str) -> slice:
+        sl = self._slices[space]
+        return slice(2 * sl.start, 2 * sl.stop)
+
+    def _chem(self, x: str, y: str, z: str, w: str) -> np.ndarray:
+        """Spatial chemist-notation block ``(XY|ZW)``, shape ``(nX, nY, nZ, nW)``."""
+        if self._full_allowed:
+            if self._eri_full is None:
+                from pyscf import ao2mo
+
+                nmo = self._nmo_sp
+                eri = ao2mo.full(self._eri_source, self._mo_coeff, compact=False)
+                self._eri_full = np.asarray(eri).reshape(nmo, nmo, nmo, nmo)
+            s = self._slices
+            return self._eri_full[s[x], s[y], s[z], s[w]]
+        key = (x, y, z, w)
+        block = self._chem_cache.get(key)
+        if block is None:
+            from pyscf import ao2mo
+
+            cs = [self._mo_coeff[:, self._slices[t]] for t in key]
+            block = ao2mo.general(self._eri_source, cs, compact=False)
+            block = np.asarray(block).reshape([c.shape[1] for c in cs])
+            self._chem_cache[key] = block
+        return block
+
+    def _spin_block(self, x: str, y: str, z: str, w: str) -> np.ndarray:
+        """``<pq||rs>`` over spin orbitals for the spaces ``(x, y, z, w)``."""
+        coul = self._chem(x, z, y, w).transpose(0, 2, 1, 3)  # <PQ|RS> = (PR|QS)
+        exch = self._chem(x, w, y, z).transpose(0, 2, 3, 1)  # <PQ|SR> = (PS|QR)
+        n = coul.shape
+        out = np.zeros((n[0], 2, n[1], 2, n[2], 2, n[3], 2))
+        for s in (0, 1):
+            for t in (0, 1):
+                out[:, s, :, t, :, s, :, t] += coul
+                out[:, s, :, t, :, t, :, s] -= exch
+        return out.reshape(2 * n[0], 2 * n[1], 2 * n[2], 2 * n[3])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpinOrbitalIntegrals(nocc={self.nocc}, nvir={self.nvir}, "
+            f"e_hf={self.e_hf:.10f}, basis={self.scf.mol.basis!r})"
+        )

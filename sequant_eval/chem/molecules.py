@@ -1,0 +1,133 @@
+"""Named test molecules, so that examples, tests and benchmarks agree on one geometry.
+
+Every geometry is a fixed Cartesian structure in Angstrom; a name maps to exactly one
+structure so that energies quoted anywhere in the project are reproducible.
+
+Known names
+-----------
+``water``
+    H2O, the usual textbook near-equilibrium structure (Angstrom)::
+
+        O   0.000000   0.000000   0.117300
+        H   0.000000   0.757200  -0.469200
+        H   0.000000  -0.757200  -0.469200
+
+``water_dimer``
+    (H2O)2, the S22 benchmark-set water-dimer minimum (Jurecka et al., PCCP 8, 1985
+    (2006)), Angstrom::
+
+        O  -1.551007  -0.114520   0.000000
+        H  -1.934259   0.762503   0.000000
+        H  -0.599677   0.040712   0.000000
+        O   1.350625   0.111469   0.000000
+        H   1.680398  -0.373741  -0.758561
+        H   1.680398  -0.373741   0.758561
+
+All molecules are closed-shell neutral singlets; PySCF's point-group symmetry is switched
+off (so that orbitals come out in plain energy order) and its output silenced.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sequant_eval.errors import SequantEvalError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from pyscf import gto
+
+__all__ = ["UnknownMolecule", "UnknownBasis", "GEOMETRIES", "known_molecules", "geometry", "build_molecule"]
+
+
+class UnknownMolecule(SequantEvalError, KeyError):
+    """A molecule name that is not in :data:`GEOMETRIES`."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownBasis(SequantEvalError):
+    """A basis-set name PySCF does not know."""
+
+
+#: name -> geometry as PySCF atom text (Angstrom).
+GEOMETRIES: dict[str, str] = {
+    "water": (
+        "O   0.000000   0.000000   0.117300\n"
+        "H   0.000000   0.757200  -0.469200\n"
+        "H   0.000000  -0.757200  -0.469200"
+    ),
+    "water_dimer": (
+        "O  -1.551007  -0.114520   0.000000\n"
+        "H  -1.934259   0.762503   0.000000\n"
+        "H  -0.599677   0.040712   0.000000\n"
+        "O   1.350625   0.111469   0.000000\n"
+        "H   1.680398  -0.373741  -0.758561\n"
+        "H   1.680398  -0.373741   0.758561"
+    ),
+}
+
+
+def known_molecules() -> tuple[str, ...]:
+    """The names :func:`build_molecule` accepts, sorted."""
+    return tuple(sorted(GEOMETRIES))
+
+
+def geometry(name: str) -> str:
+    """The geometry of molecule ``name`` as PySCF atom text in Angstrom.
+
+    Raises
+    ------
+    UnknownMolecule
+        If ``name`` is not a known molecule; the message lists the known names.
+    """
+    try:
+        return GEOMETRIES[name]
+    except KeyError:
+        raise UnknownMolecule(
+            f"unknown molecule {name!r}; known molecules: {', '.join(known_molecules())}"
+        ) from None
+
+
+def build_molecule(name: str, basis: str) -> "gto.Mole":
+    """Build the PySCF molecule ``name`` in basis ``basis``.
+
+    Parameters
+    ----------
+    name
+        One of :func:`known_molecules` (e.g. ``"water"``, ``"water_dimer"``).
+    basis
+        Any basis-set name PySCF knows (``"sto-3g"``, ``"6-31g"``, ``"cc-pvdz"``, ...).
+
+    Returns
+    -------
+    pyscf.gto.Mole
+        Built molecule: Angstrom units, charge 0, singlet, no symmetry, ``verbose=0``.
+
+    Raises
+    ------
+    UnknownMolecule
+        If ``name`` is not known (the message lists the known names).
+    UnknownBasis
+        If PySCF does not know ``basis``.
+    """
+    import warnings
+
+    from pyscf import gto
+    from pyscf.lib.exceptions import BasisNotFoundError
+
+    atom = geometry(name)
+    mol = gto.Mole()
+    mol.atom = atom
+    mol.unit = "Angstrom"
+    mol.basis = basis
+    mol.charge = 0
+    mol.spin = 0
+    mol.symmetry = False
+    mol.verbose = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PySCF's "try basis-set-exchange" hint
+            mol.build()
+    except BasisNotFoundError as exc:
+        raise UnknownBasis(f"PySCF does not know basis {basis!r} (molecule {name!r})") from exc
+    return mol

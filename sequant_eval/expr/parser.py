@@ -1,0 +1,330 @@
+"""Parse SeQuant text into equations, reporting the line and column of every error.
+
+Grammar (one equation per logical line; a physical line whose first non-blank character is
+``+`` or ``-`` continues the previous one; ``#`` starts a comment)::
+
+    equation := [ lhs ("=" | "<-") ] sum
+    lhs      := tensor | NAME
+    sum      := ["+" | "-"] product (("+" | "-") product)*
+    product  := factor ("*"? factor)*
+    factor   := number | tensor | "A{" indices ";" indices "}" | "P{" index "," index "}"
+    tensor   := NAME "{" indices (";" indices){0,2} "}" [":" SYMMETRY]
+    index    := SPACE ["_"] DIGITS ["<" index ("," index)* ">"]
+    number   := DIGITS ["." DIGITS] [("e"|"E") ["+"|"-"] DIGITS] ["/" DIGITS]
+
+Columns count Unicode code points from 1 (a combining tilde is its own code point).
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..errors import ParseError
+from .index import Index
+from .terms import Equation, Operator, Product, Tensor, free_indices, index_counts
+
+__all__ = ["parse"]
+
+_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+_SYMMETRY = re.compile(r"([ASN])-([SCN])-([SN])")
+_INDEX = re.compile(r"((?:[^\W\d_]|[\u0300-\u036f])+)_?(\d+)?$")
+_PUNCT = {"{": "{", "}": "}", ";": ";", ",": ",", ">": ">", "*": "*", "+": "+",
+          "-": "-", "/": "/", "=": "="}
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str   # NAME, NUMBER, SYM, ARROW, NL, EOF, or a punctuation character
+    text: str
+    line: int
+    column: int
+
+
+def _is_name_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_" or unicodedata.category(ch).startswith("M")
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines() or [""]
+
+    def tokens(self) -> list[_Token]:
+        out: list[_Token] = []
+        last = (1, 1)  # where the previous non-blank line ends
+        for n, line in enumerate(self.lines, start=1):
+            code = line.split("#", 1)[0]
+            stripped = code.strip()
+            if not stripped:
+                continue
+            if out and stripped[0] not in "+-":
+                out.append(_Token("NL", "", *last))
+            out.extend(self._line(line, n))
+            last = (n, len(code.rstrip()) + 1)
+        out.append(_Token("EOF", "", len(self.lines) + 1, 1))
+        return out
+
+    def _line(self, line: str, n: int) -> list[_Token]:
+        out, k = [], 0
+        while k < len(line):
+            ch = line[k]
+            col = k + 1
+            if ch == "#":
+                break
+            if ch.isspace():
+                k += 1
+            elif ch.isdigit():
+                m = _NUMBER.match(line, k)
+                out.append(_Token("NUMBER", m.group(), n, col))
+                k = m.end()
+            elif _is_name_char(ch):
+                j = k
+                while j < len(line) and _is_name_char(line[j]):
+                    j += 1
+                out.append(_Token("NAME", line[k:j], n, col))
+                k = j
+            elif ch == ":":
+                m = _SYMMETRY.match(line, k + 1)
+                if not m:
+                    raise ParseError("symmetry tag must be X-Y-Z with X in A,S,N; Y in S,C,N; "
+                                     "Z in S,N", n, col + 1, line)
+                out.append(_Token("SYM", m.group(), n, col))
+                k = m.end()
+            elif ch == "<":
+                if line.startswith("<-", k):
+                    out.append(_Token("ARROW", "<-", n, col))
+                    k += 2
+                else:
+                    out.append(_Token("<", "<", n, col))
+                    k += 1
+            elif ch in _PUNCT:
+                out.append(_Token(ch, ch, n, col))
+                k += 1
+            else:
+                raise ParseError(f"unexpected character {ch!r}", n, col, line)
+        return out
+
+
+class _Parser:
+    def __init__(self, text: str, default_name: str) -> None:
+        lexer = _Lexer(text)
+        self.lines = lexer.lines
+        self.toks = lexer.tokens()
+        self.k = 0
+        self.default_name = default_name
+
+    # -- token helpers ---------------------------------------------------------------------
+    @property
+    def tok(self) -> _Token:
+        return self.toks[self.k]
+
+    def error(self, message: str, tok: _Token | None = None) -> ParseError:
+        tok = tok or self.tok
+        text = self.lines[tok.line - 1] if tok.line <= len(self.lines) else ""
+        what = "end of input" if tok.kind == "EOF" else (
+            "end of line" if tok.kind == "NL" else repr(tok.text))
+        return ParseError(f"{message}, found {what}", tok.line, tok.column, text)
+
+    def take(self, kind: str, what: str) -> _Token:
+        if self.tok.kind != kind:
+            raise self.error(f"expected {what}")
+        tok = self.tok
+        self.k += 1
+        return tok
+
+    def accept(self, kind: str) -> bool:
+        if self.tok.kind == kind:
+            self.k += 1
+            return True
+        return False
+
+    # -- grammar -----------------------------------------------------------------------------
+    def equations(self) -> list[Equation]:
+        out: list[Equation] = []
+        while self.tok.kind != "EOF":
+            out.append(self.equation(len(out)))
+            if self.tok.kind not in ("NL", "EOF"):
+                raise self.error("expected '+', '-', '*' or a factor")
+            self.accept("NL")
+        return out
+
+    def equation(self, ordinal: int) -> Equation:
+        start = self.tok
+        result, name = None, None
+        if self._lhs_ahead():
+            if self.toks[self.k + 1].kind == "{":
+                result = self.tensor(allow_operator=False)
+                name = result.name
+            else:
+                name = self.take("NAME", "a result name").text
+            self.k += 1  # '=' or '<-'
+        terms = self.sum()
+        if name is None:
+            name = self.default_name if ordinal == 0 else f"{self.default_name}{ordinal + 1}"
+            eq = Equation(name, terms, None, bare=True)
+        else:
+            eq = Equation(name, terms, result)
+        self._check(eq, start)
+        return eq
+
+    def _lhs_ahead(self) -> bool:
+        j = self.k
+        if self.toks[j].kind != "NAME":
+            return False
+        j += 1
+        if self.toks[j].kind == "{":
+            depth = 0
+            while self.toks[j].kind not in ("NL", "EOF"):
+                depth += {"{": 1, "}": -1}.get(self.toks[j].kind, 0)
+                j += 1
+                if depth == 0:
+                    break
+            if self.toks[j].kind == "SYM":
+                j += 1
+        return self.toks[j].kind in ("=", "ARROW")
+
+    def sum(self) -> tuple[Product, ...]:
+        terms = []
+        sign = -1 if self.tok.kind == "-" else 1
+        self.accept("+") or self.accept("-")
+        terms.append(self.product(sign))
+        while self.tok.kind in ("+", "-"):
+            sign = -1 if self.take(self.tok.kind, "a sign").kind == "-" else 1
+            terms.append(self.product(sign))
+        return tuple(terms)
+
+    def product(self, sign: int) -> Product:
+        coefficient = Fraction(sign)
+        factors: list[Tensor] = []
+        operators: list[Operator] = []
+        start = self.tok
+        while True:
+            if self.tok.kind == "NUMBER":
+                coefficient *= self.number()
+            elif self.tok.kind == "NAME":
+                item = self.tensor(allow_operator=True)
+                (operators if isinstance(item, Operator) else factors).append(item)
+            else:
+                raise self.error("expected a number or a tensor")
+            if self.accept("*"):
+                continue
+            if self.tok.kind not in ("NUMBER", "NAME"):
+                break
+        product = Product(coefficient, tuple(factors), tuple(operators))
+        self._check_product(product, start)
+        return product
+
+    def number(self) -> Fraction:
+        tok = self.take("NUMBER", "a number")
+        value = Fraction(tok.text)
+        if self.accept("/"):
+            den_tok = self.take("NUMBER", "a denominator")
+            den = Fraction(den_tok.text)
+            if den == 0:
+                raise self.error("division by zero", den_tok)
+            value /= den
+        return value
+
+    def tensor(self, allow_operator: bool) -> Tensor | Operator:
+        name_tok = self.take("NAME", "a tensor name")
+        if not (name_tok.text[0].isalpha()):
+            raise self.error("a tensor name must start with a letter", name_tok)
+        self.take("{", "'{' after the tensor name")
+        groups: list[list[Index]] = [self.index_list()]
+        while self.accept(";"):
+            if len(groups) == 3:
+                raise self.error("a tensor has at most three index groups (bra;ket;aux)",
+                                 self.toks[self.k - 1])
+            groups.append(self.index_list())
+        self.take("}", "',', ';' or '}'")
+        symmetry = self.tok.text if self.tok.kind == "SYM" else None
+        if symmetry:
+            self.k += 1
+        groups += [[] for _ in range(3 - len(groups))]
+        if name_tok.text in ("A", "P") and allow_operator:
+            return self._operator(name_tok, groups, symmetry)
+        bra, ket, aux = (tuple(g) for g in groups)
+        slots = bra + ket + aux
+        seen = set()
+        for ix in slots:
+            if ix in seen:
+                raise self.error(f"index {ix} labels two slots of {name_tok.text}", name_tok)
+            seen.add(ix)
+        return Tensor(name_tok.text, bra, ket, aux, symmetry)
+
+    def _operator(self, tok: _Token, groups: list[list[Index]], symmetry: str | None) -> Operator:
+        if symmetry:
+            raise self.error(f"operator {tok.text} takes no symmetry tag", tok)
+        if tok.text == "P":
+            if len(groups[0]) != 2 or groups[1] or groups[2]:
+                raise self.error("P takes exactly two indices: P{x,y}", tok)
+            return Operator("P", tuple(groups[0]))
+        if groups[2]:
+            raise self.error("A takes two index groups: A{bra;ket}", tok)
+        return Operator("A", tuple(groups[0]), tuple(groups[1]))
+
+    def index_list(self) -> list[Index]:
+        if self.tok.kind in (";", "}"):
+            return []
+        out = [self.index()]
+        while self.accept(","):
+            out.append(self.index())
+        return out
+
+    def index(self) -> Index:
+        tok = self.take("NAME", "an index such as i_1")
+        m = _INDEX.match(tok.text)
+        if not m:
+            raise self.error("an index is a space name, optional '_', then digits", tok)
+        protos: tuple[Index, ...] = ()
+        if self.accept("<"):
+            items = [self.index()]
+            while self.accept(","):
+                items.append(self.index())
+            self.take(">", "',' or '>' closing the proto list")
+            if any(p.protos for p in items):
+                raise self.error("protos of a composite index must be plain indices", tok)
+            protos = tuple(items)
+        number = int(m.group(2)) if m.group(2) is not None else None
+        return Index(m.group(1), number, protos)
+
+    # -- semantic checks ---------------------------------------------------------------------
+    def _check_product(self, p: Product, tok: _Token) -> None:
+        if not p.factors and p.operators:
+            raise self.error("an operator needs a tensor product to act on", tok)
+
+    def _check(self, eq: Equation, tok: _Token) -> None:
+        expected = set(eq.indices)
+        for p in eq.terms:
+            if not p.factors:
+                if expected:
+                    raise self.error(f"a bare number cannot be a term of tensor result {eq.name}",
+                                     tok)
+                continue
+            counts = index_counts(p)
+            free = set(free_indices(p)) if eq.bare or eq.result is None else (
+                {ix for ix in counts if ix in expected})
+            missing = expected - set(counts)
+            if missing:
+                raise self.error(f"term '{p}' of {eq.name} lacks result index "
+                                 f"{min(missing)}", tok)
+            extra = set(free_indices(p)) - expected
+            if extra or free != expected:
+                culprit = min(extra or (free ^ expected))
+                raise self.error(f"term '{p}' of {eq.name} has free index {culprit} that is not "
+                                 f"a result index", tok)
+            for op in p.operators:
+                for ix in op.indices:
+                    if ix not in expected:
+                        raise self.error(f"operator {op} acts on {ix}, which is not a result "
+                                         f"index of {eq.name}", tok)
+
+
+def parse(text: str, *, default_name: str = "R") -> list[Equation]:
+    """Parse SeQuant text into equations.
+
+    Bare expressions (no ``lhs =``) are named ``default_name``, ``default_name2``, ... and
+    take their free indices, sorted, as result indices.
+    """
+    return _Parser(text, default_name).equations()
