@@ -52,7 +52,8 @@ class SpinOrbitalIntegrals:
     e_hf : float
         Total RHF energy (including nuclear repulsion), Hartree.
     mo_energy : numpy.ndarray
-        Spin-orbital energies, shape ``(nocc + nvir,)``, each spatial energy twice.
+        Spin-orbital energies, shape ``(nocc + nvir,)``: the diagonal of ``f`` (as in
+        PySCF's CC ``eris.mo_energy``), i.e. each canonical RHF orbital energy twice.
     extents : dict[str, int]
         ``{"i": nocc, "a": nvir}``.
     scf : pyscf.scf.hf.RHF
@@ -74,7 +75,6 @@ class SpinOrbitalIntegrals:
         self.nocc = 2 * nocc_sp
         self.nvir = 2 * (self._nmo_sp - nocc_sp)
         self.e_hf = float(mf.e_tot)
-        self.mo_energy = np.repeat(np.asarray(mf.mo_energy, dtype=np.float64), 2)
         self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
 
         # Fock matrix rebuilt from the density (as PySCF's CC codes do), in the MO basis.
@@ -82,6 +82,7 @@ class SpinOrbitalIntegrals:
         fock_ao = mf.get_fock(dm=dm)
         fock_sp = mo_coeff.T @ fock_ao @ mo_coeff
         self._fock = np.kron(fock_sp, np.eye(2))  # index 2P+sigma, spin-diagonal
+        self.mo_energy = np.diagonal(self._fock).copy()
 
         self._eri_source = mf._eri if getattr(mf, "_eri", None) is not None else mf.mol
         full_bytes = 8.0 * self._nmo_sp**4

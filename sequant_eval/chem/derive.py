@@ -1,0 +1,321 @@
+"""Derive spin-orbital CCSD equations with sympy and write them as SeQuant text.
+
+What: the correlation energy ``E = <0|Hbar|0>`` and the residuals
+``R1 = <Phi_i^a|Hbar|0>`` and ``R2 = <Phi_ij^ab|Hbar|0>`` of spin-orbital CCSD,
+``Hbar = exp(-T) H_N exp(T)``, with the normal-ordered Hamiltonian
+``H_N = f_pq {p+ q} + 1/4 <pq||rs> {p+ q+ s r}``, ``T1 = t_i^a {a+ i}`` and
+``T2 = 1/4 t_ij^ab {a+ b+ j i}``.  The Fock matrix is not assumed diagonal.
+
+Why: the evaluator is tested on real CC equations, and we want those equations
+to be reproducible from first principles (Wick's theorem) rather than typed in.
+
+How: because ``T`` contains only quasi-particle creators, the BCH series
+collapses to its connected part, ``<P|Hbar|0> = <P|(H exp(T))_C|0>``.  For each
+product ``T1^k T2^m / (k! m!)`` allowed by excitation rank we apply sympy's
+``wicks`` to ``<P| H T1^k T2^m |0>`` and keep the terms in which every ``t``
+shares a summed index with the Hamiltonian tensor.  Each term is then brought
+to a canonical form (minimum over renamings of the dummy indices, with the
+antisymmetric slot pairs of ``g`` and ``t2`` sorted), like terms are merged
+with exact rational coefficients, and the result is printed deterministically.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sympy
+from sympy import Dummy, Mul, Pow, Rational, symbols
+from sympy.physics.secondquant import (
+    F,
+    NO,
+    AntiSymmetricTensor,
+    Fd,
+    evaluate_deltas,
+    wicks,
+)
+
+__all__ = ["DATA_PATH", "derive_ccsd_text", "derive_equations", "regenerate", "main"]
+
+DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
+
+#: An index is (space, number), space "i" (occupied) or "a" (virtual).
+Index = tuple[str, int]
+#: A factor is (name, bra indices, ket indices).
+Factor = tuple[str, tuple[Index, ...], tuple[Index, ...]]
+#: A canonical term: sorted factors.
+TermKey = tuple[Factor, ...]
+
+_RANK = {"f": 0, "g": 0, "t1": 1, "t2": 2}
+_ANTISYMMETRIC = {"g", "t2"}
+_FIRST_DUMMY = 3
+
+# External (projection) indices: i, j -> i_1, i_2; a, b -> a_1, a_2.
+_I, _J = symbols("i j", below_fermi=True)
+_A, _B = symbols("a b", above_fermi=True)
+_EXTERNAL: dict[sympy.Symbol, Index] = {
+    _I: ("i", 1), _J: ("i", 2), _A: ("a", 1), _B: ("a", 2),
+}
+
+# (left-hand side, excitation level of the projection).
+_EQUATIONS: tuple[tuple[str, int], ...] = (
+    ("E", 0),
+    ("R1{a_1;i_1}", 1),
+    ("R2{a_1,a_2;i_1,i_2}", 2),
+)
+
+
+def _projector(level: int) -> sympy.Expr:
+    """``<Phi|`` as the operator whose vacuum expectation gives the projection."""
+    if level == 0:
+        return sympy.S.One
+    if level == 1:
+        return Fd(_I) * F(_A)                      # <0| i+ a
+    if level == 2:
+        return Fd(_I) * Fd(_J) * F(_B) * F(_A)     # <0| i+ j+ b a
+    raise ValueError(f"unsupported excitation level {level}")
+
+
+def _hamiltonian() -> sympy.Expr:
+    p, q, r, s = symbols("p q r s", cls=Dummy)
+    fock = AntiSymmetricTensor("f", (p,), (q,)) * NO(Fd(p) * F(q))
+    two = AntiSymmetricTensor("v", (p, q), (r, s)) * NO(Fd(p) * Fd(q) * F(s) * F(r))
+    return fock + Rational(1, 4) * two
+
+
+def _t1() -> sympy.Expr:
+    a = Dummy("a", above_fermi=True)
+    i = Dummy("i", below_fermi=True)
+    return AntiSymmetricTensor("t", (a,), (i,)) * NO(Fd(a) * F(i))
+
+
+def _t2() -> sympy.Expr:
+    a, b = symbols("a b", above_fermi=True, cls=Dummy)
+    i, j = symbols("i j", below_fermi=True, cls=Dummy)
+    return Rational(1, 4) * AntiSymmetricTensor("t", (a, b), (i, j)) * NO(
+        Fd(a) * Fd(b) * F(j) * F(i))
+
+
+def _cluster_products(level: int) -> Iterable[tuple[int, int]]:
+    """(k, m) for T1^k T2^m: H lowers the excitation level by at most 2."""
+    for m in range(0, 3):
+        for k in range(0, 5):
+            if k + 2 * m <= level + 2:
+                yield k, m
+
+
+def _space(sym: sympy.Symbol) -> str:
+    assumptions = sym.assumptions0
+    if assumptions.get("below_fermi"):
+        return "i"
+    if assumptions.get("above_fermi"):
+        return "a"
+    raise ValueError(f"index {sym} has no occupied/virtual restriction")
+
+
+def _split_term(term: sympy.Expr) -> tuple[Fraction, list[AntiSymmetricTensor]]:
+    coeff = Fraction(1)
+    tensors: list[AntiSymmetricTensor] = []
+    for factor in Mul.make_args(term):
+        if factor.is_Number:
+            if not factor.is_Rational:
+                raise ValueError(f"non-rational coefficient {factor}")
+            coeff *= Fraction(int(factor.p), int(factor.q))
+        elif isinstance(factor, AntiSymmetricTensor):
+            tensors.append(factor)
+        elif isinstance(factor, Pow) and isinstance(factor.base, AntiSymmetricTensor):
+            tensors.extend([factor.base] * int(factor.exp))
+        else:
+            raise ValueError(f"unexpected factor {factor!r} in {term}")
+    return coeff, tensors
+
+
+def _connected(tensors: Sequence[AntiSymmetricTensor]) -> bool:
+    """Every t must share a summed (non-external) index with the H tensor."""
+    hams = [t for t in tensors if str(t.symbol) in ("f", "v")]
+    if len(hams) != 1:
+        raise ValueError("each term needs exactly one Hamiltonian tensor")
+    h_idx = {x for x in hams[0].upper + hams[0].lower if x not in _EXTERNAL}
+    for t in tensors:
+        if str(t.symbol) == "t" and not h_idx.intersection(t.upper + t.lower):
+            return False
+    return True
+
+
+def _tensor_name(t: AntiSymmetricTensor) -> str:
+    sym = str(t.symbol)
+    if sym == "f":
+        return "f"
+    if sym == "v":
+        return "g"
+    if sym == "t":
+        return "t1" if len(t.upper) == 1 else "t2"
+    raise ValueError(f"unknown tensor {sym}")
+
+
+def _sort_pair(idx: tuple[Index, ...]) -> tuple[tuple[Index, ...], int]:
+    if len(idx) == 2 and idx[1] < idx[0]:
+        return (idx[1], idx[0]), -1
+    if len(idx) == 2 and idx[0] == idx[1]:
+        return idx, 0
+    return idx, 1
+
+
+def _canonical(coeff: Fraction, tensors: Sequence[AntiSymmetricTensor]
+               ) -> tuple[TermKey, Fraction]:
+    """Canonical key and coefficient: minimum over dummy renamings."""
+    raw = [(_tensor_name(t), tuple(t.upper), tuple(t.lower)) for t in tensors]
+    dummies: dict[str, list[sympy.Symbol]] = {"i": [], "a": []}
+    for _, bra, ket in raw:
+        for x in bra + ket:
+            if x not in _EXTERNAL and x not in dummies[_space(x)]:
+                dummies[_space(x)].append(x)
+    best: TermKey | None = None
+    best_signs: set[int] = set()
+    occ, vir = dummies["i"], dummies["a"]
+    for perm_o in itertools.permutations(range(len(occ))):
+        for perm_v in itertools.permutations(range(len(vir))):
+            names: dict[sympy.Symbol, Index] = dict(_EXTERNAL)
+            names.update({s: ("i", _FIRST_DUMMY + n) for s, n in zip(occ, perm_o)})
+            names.update({s: ("a", _FIRST_DUMMY + n) for s, n in zip(vir, perm_v)})
+            sign = 1
+            factors: list[tuple[int, Factor]] = []
+            for name, bra, ket in raw:
+                b = tuple(names[x] for x in bra)
+                k = tuple(names[x] for x in ket)
+                if name in _ANTISYMMETRIC:
+                    b, sb = _sort_pair(b)
+                    k, sk = _sort_pair(k)
+                    sign *= sb * sk
+                factors.append((_RANK[name], (name, b, k)))
+            key = tuple(f for _, f in sorted(factors))
+            if best is None or key < best:
+                best, best_signs = key, {sign}
+            elif key == best:
+                best_signs.add(sign)
+    assert best is not None
+    if len(best_signs) != 1 or 0 in best_signs:   # symmetric zero
+        return best, Fraction(0)
+    return best, coeff * best_signs.pop()
+
+
+def _project(level: int) -> dict[TermKey, Fraction]:
+    """Merged canonical terms of ``<Phi_level|Hbar|0>``."""
+    terms: dict[TermKey, Fraction] = {}
+    for k, m in _cluster_products(level):
+        expr = _projector(level) * _hamiltonian()
+        for _ in range(k):
+            expr = expr * _t1()
+        for _ in range(m):
+            expr = expr * _t2()
+        expr = Rational(1, math.factorial(k) * math.factorial(m)) * expr
+        result = wicks(expr, keep_only_fully_contracted=True)
+        result = evaluate_deltas(sympy.expand(result))
+        for term in sympy.Add.make_args(sympy.expand(result)):
+            if term == 0:
+                continue
+            coeff, tensors = _split_term(term)
+            if not _connected(tensors):
+                continue
+            key, c = _canonical(coeff, tensors)
+            terms[key] = terms.get(key, Fraction(0)) + c
+    return {key: c for key, c in terms.items() if c != 0}
+
+
+def derive_equations() -> dict[str, dict[TermKey, Fraction]]:
+    """All three equations as ``{lhs: {canonical term: coefficient}}``."""
+    return {lhs: _project(level) for lhs, level in _EQUATIONS}
+
+
+def _format_index(idx: Index) -> str:
+    return f"{idx[0]}_{idx[1]}"
+
+
+def _format_factor(factor: Factor) -> str:
+    name, bra, ket = factor
+    return (f"{name}{{{','.join(map(_format_index, bra))};"
+            f"{','.join(map(_format_index, ket))}}}")
+
+
+def _format_coeff(c: Fraction) -> str:
+    sign = "-" if c < 0 else "+"
+    mag = abs(c)
+    text = "" if mag == 1 else (f"{mag.numerator}" if mag.denominator == 1
+                                else f"{mag.numerator}/{mag.denominator}")
+    return sign + (" " + text if text else "")
+
+
+def _sort_key(item: tuple[TermKey, Fraction]) -> tuple:
+    key, c = item
+    n_t = sum(1 for f in key if f[0].startswith("t"))
+    names = tuple(f[0] for f in key)
+    return (n_t, names, key, c)
+
+
+def _format_equation(lhs: str, terms: dict[TermKey, Fraction]) -> list[str]:
+    lines: list[str] = []
+    for n, (key, c) in enumerate(sorted(terms.items(), key=_sort_key)):
+        body = " * ".join(_format_factor(f) for f in key)
+        sign_coeff = _format_coeff(c)
+        if n == 0:
+            head = sign_coeff[2:] if sign_coeff.startswith("+") else sign_coeff
+            lines.append(f"{lhs} = {head + ' ' if head else ''}{body}")
+        else:
+            lines.append(f"    {sign_coeff} {body}")
+    return lines
+
+
+_HEADER = """\
+# Spin-orbital CCSD equations (non-canonical: the Fock matrix need not be diagonal).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`,
+# which derives them with sympy.physics.secondquant (sequant_eval/chem/derive.py).
+#
+# E  = <0|Hbar|0> (correlation energy), R1 = <Phi_i^a|Hbar|0>, R2 = <Phi_ij^ab|Hbar|0>,
+# Hbar = exp(-T) H_N exp(T), H_N = f_pq {p+ q} + 1/4 <pq||rs> {p+ q+ s r},
+# T1 = t_i^a {a+ i}, T2 = 1/4 t_ij^ab {a+ b+ j i}.  At convergence R1 = R2 = 0.
+#
+# Tensors are Name{bra;ket}:
+#   f{p;q}               Fock matrix f_pq
+#   g{p,q;r,s}           antisymmetrized integral <pq||rs> = <pq|rs> - <pq|sr>
+#   t1{a;i}              t_i^a
+#   t2{a_1,a_2;i_1,i_2}  t_ij^ab (antisymmetric in a_1,a_2 and in i_1,i_2)
+# Indices i_N are occupied, a_N virtual; i_1,i_2,a_1,a_2 are external, all
+# others are summed.  Every index permutation is written out as its own term.
+"""
+
+
+def derive_ccsd_text() -> str:
+    """The full text of ``data/ccsd_so.txt`` (deterministic, byte for byte)."""
+    lines = [_HEADER.rstrip("\n")]
+    for lhs, terms in derive_equations().items():
+        lines.append("")
+        lines.append(f"# {lhs}: {len(terms)} terms")
+        lines.extend(_format_equation(lhs, terms))
+    return "\n".join(lines) + "\n"
+
+
+def regenerate(path: str | Path | None = None) -> str:
+    """Derive the equations, write them to ``path`` (default: packaged data)."""
+    text = derive_ccsd_text()
+    target = Path(path) if path is not None else DATA_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", nargs="?", default=None,
+                        help=f"output file (default: {DATA_PATH})")
+    args = parser.parse_args(argv)
+    regenerate(args.path)
+    print(f"wrote {args.path or DATA_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""Eval forest: binarized products interned into one DAG of values."""
+from __future__ import annotations
+
+from .build import build_forest, mode_extent
+from .values import Forest, Occurrence, Operand, Root, SumEntry, Value, ValueKind
+
+__all__ = ["Forest", "Value", "ValueKind", "Operand", "SumEntry", "Occurrence", "Root",
+           "build_forest", "mode_extent"]

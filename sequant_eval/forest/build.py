@@ -1,0 +1,203 @@
+"""Binarize every product and intern all nodes into one forest.
+
+Each product is split into binary contractions in an order that minimizes flops for the given
+extents (opt_einsum's optimal search for small products, its dynamic program for larger ones).
+Every contraction is then interned by a canonical key: label numbers are assigned by first
+appearance over (left operand, right operand), and of the two operand orders the smaller key
+wins. The key therefore ignores dummy names, operand order and result-mode order; the value's
+mode layout is its result labels in key-number order (left operand's free modes, then the
+right's), which is also the layout a GEMM produces without a final transpose.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import opt_einsum
+
+from ..errors import UnknownSpace, UnsupportedFeature
+from ..expr.index import Index, mode_space
+from ..expr.terms import Equation, Product, Tensor, index_counts, operator_terms
+from .values import Forest, Occurrence, Operand, Root, SumEntry, Value, ValueKind
+
+__all__ = ["build_forest", "mode_extent"]
+
+_OPTIMAL_UP_TO = 5  # operands; beyond this opt_einsum's exhaustive search gets slow
+
+
+def mode_extent(space: str, extents: Mapping[str, int]) -> int:
+    """Extent of a mode space; a composite ``a<k>`` without its own entry is sized as ``a``."""
+    if space in extents:
+        return extents[space]
+    base = space.split("<", 1)[0]
+    if base in extents:
+        return extents[base]
+    raise KeyError(space)
+
+
+class _Interner:
+    def __init__(self, extents: Mapping[str, int]) -> None:
+        self.extents = extents
+        self.values: list[Value] = []
+        self.keys: dict[tuple, int] = {}
+        self.binary_contractions = 0
+        self.leaf_users: dict[int, str] = {}
+
+    def _add(self, key: tuple, make) -> int:
+        vid = self.keys.get(key)
+        if vid is None:
+            vid = len(self.values)
+            self.values.append(make(vid))
+            self.keys[key] = vid
+        return vid
+
+    def leaf(self, t: Tensor, where: str) -> Occurrence:
+        spaces = tuple(mode_space(ix) for ix in t.slots)
+        vid = self._add(("leaf", t.name, spaces),
+                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=t.name))
+        self.leaf_users.setdefault(vid, where)
+        return Occurrence(vid, t.slots)
+
+    def contract(self, x: Occurrence, y: Occurrence, keep: set[Index]) -> Occurrence:
+        self.binary_contractions += 1
+        orders = ((x, y), (y, x))
+        keys = [_contract_key(a, b, keep) for a, b in orders]
+        pick = 0 if keys[0] <= keys[1] else 1
+        key, numbering = keys[pick], _numbering(*orders[pick])
+        label_of = {n: ix for ix, n in numbering.items()}
+        labels = tuple(label_of[n] for n in key[5])
+        spaces = tuple(mode_space(ix) for ix in labels)
+        vid = self._add(key, lambda i: Value(
+            i, ValueKind.CONTRACT, spaces, left=Operand(key[1], key[2]),
+            right=Operand(key[3], key[4]), result=key[5]))
+        return Occurrence(vid, labels)
+
+    def sum(self, name: str, spaces: tuple[str, ...], entries: dict) -> int:
+        merged = tuple(SumEntry(c, v, p) for (v, p), c in entries.items() if c != 0)
+        vid = len(self.values)
+        self.values.append(Value(vid, ValueKind.SUM, spaces, entries=merged, name=name))
+        return vid
+
+    def size(self, ix: Index, where: str) -> int:
+        try:
+            return mode_extent(mode_space(ix), self.extents)
+        except KeyError:
+            raise UnknownSpace(f"index {ix} in {where}: space {ix.space!r} has no extent "
+                               f"(known spaces: {', '.join(self.extents) or 'none'})") from None
+
+
+def _numbering(a: Occurrence, b: Occurrence) -> dict[Index, int]:
+    numbers: dict[Index, int] = {}
+    for occ in (a, b):
+        for ix in occ.labels:
+            for p in ix.protos:
+                numbers.setdefault(p, len(numbers))
+            numbers.setdefault(ix, len(numbers))
+    return numbers
+
+
+def _contract_key(a: Occurrence, b: Occurrence, keep: set[Index]) -> tuple:
+    n = _numbering(a, b)
+    result = tuple(sorted(n[ix] for ix in keep))
+    protos = tuple(sorted((n[ix], tuple(n[p] for p in ix.protos)) for ix in n if ix.protos))
+    return ("contract", a.value, tuple(n[ix] for ix in a.labels),
+            b.value, tuple(n[ix] for ix in b.labels), result, protos)
+
+
+def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
+              where: str) -> Occurrence:
+    occs = _canonical_order([interner.leaf(t, where) for t in product.factors], result)
+    for ix in index_counts(product):
+        interner.size(ix, where)
+    counts = index_counts(product)
+    lonely = [ix for ix, c in counts.items() if c == 1 and ix not in result]
+    if lonely:
+        raise UnsupportedFeature(f"{where}: index {lonely[0]} is summed but appears in one "
+                                 f"tensor only (a trace); rewrite the term without it")
+    if len(occs) == 1:
+        return occs[0]
+    symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(counts)}
+    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
+    output = "".join(symbols[ix] for ix in result)
+    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
+    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
+    path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
+                                       optimize=strategy)
+    for step in path:
+        picked = [occs[k] for k in step]
+        for k in sorted(step, reverse=True):
+            del occs[k]
+        while len(picked) > 2:  # opt_einsum may merge three at once; split left-deep
+            x, y = picked.pop(0), picked.pop(0)
+            picked.insert(0, interner.contract(x, y, _needed(x, y, picked + occs, result)))
+        x, y = picked
+        occs.append(interner.contract(x, y, _needed(x, y, occs, result)))
+    return occs[0]
+
+
+def _canonical_order(occs: list[Occurrence], result: tuple[Index, ...]) -> list[Occurrence]:
+    """Sort factors by a label-free signature so that equal products tie-break alike.
+
+    The path search breaks ties by operand position; without this, a relabeled copy of a term
+    with its factors in another order could binarize differently and miss the sharing.
+    A factor's signature is its value and, per slot, whether the label is external or which
+    (value, slot) pairs of the other factors it is shared with.
+    """
+    where: dict[Index, list[tuple[int, int]]] = {}
+    for occ in occs:
+        for slot, ix in enumerate(occ.labels):
+            where.setdefault(ix, []).append((occ.value, slot))
+    external = set(result)
+
+    def signature(occ: Occurrence) -> tuple:
+        slots = []
+        for slot, ix in enumerate(occ.labels):
+            if ix in external:
+                slots.append((0,))
+            else:
+                slots.append((1, *sorted(p for p in where[ix] if p != (occ.value, slot))))
+        return (occ.value, tuple(slots))
+
+    return sorted(occs, key=signature)
+
+
+def _needed(x: Occurrence, y: Occurrence, rest: Sequence[Occurrence],
+            result: tuple[Index, ...]) -> set[Index]:
+    later = set(result).union(*(o.labels for o in rest)) if rest else set(result)
+    return (set(x.labels) | set(y.labels)) & later
+
+
+def _perm_to(occ: Occurrence, result: tuple[Index, ...]) -> tuple[int, ...]:
+    return tuple(occ.labels.index(ix) for ix in result)
+
+
+def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> Forest:
+    """Binarize and intern ``equations`` into one forest (one SUM root per equation)."""
+    interner = _Interner(extents)
+    roots = []
+    for eq in equations:
+        result = eq.indices
+        spaces = tuple(mode_space(ix) for ix in result)
+        direct: dict[tuple[int, tuple[int, ...]], Fraction] = {}
+        groups: dict[tuple, dict] = {}
+        for k, product in enumerate(eq.terms, start=1):
+            where = f"term {k} of {eq.name}"
+            if product.coefficient == 0:
+                continue
+            if not product.factors:
+                raise UnsupportedFeature(f"{where} is a bare number; constant terms are not "
+                                         f"supported")
+            occ = _binarize(interner, product, result, where)
+            expansion = tuple(operator_terms(product.operators, result))
+            target = direct if len(expansion) == 1 and expansion[0][0] == 1 else (
+                groups.setdefault(expansion, {}))
+            slot = (occ.value, _perm_to(occ, result))
+            target[slot] = target.get(slot, Fraction(0)) + product.coefficient
+        for g, (expansion, entries) in enumerate(groups.items(), start=1):
+            inner = interner.sum(f"{eq.name}:A{g}", spaces, entries)
+            for w, perm in expansion:
+                slot = (inner, perm)
+                direct[slot] = direct.get(slot, Fraction(0)) + w
+        roots.append(Root(eq.name, interner.sum(eq.name, spaces, direct), result))
+    return Forest(tuple(interner.values), tuple(roots), interner.binary_contractions,
+                  interner.leaf_users)

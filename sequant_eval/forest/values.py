@@ -1,0 +1,121 @@
+"""The eval forest IR: interned values and the roots that read them.
+
+A value is one array the evaluation may compute: a leaf block of an input tensor, a binary
+contraction of two values, or a weighted sum of (transposed) values. Values are interned by a
+canonical structural key, so the same contraction written with other dummy labels, with its
+operands swapped or its result modes in another order is one value. Every value has one
+canonical mode layout; a use of it (an :class:`Occurrence`) names the labels that land on
+those modes, which is how a transposed read is expressed.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ..expr.index import Index
+
+__all__ = ["ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "Root", "Forest"]
+
+
+class ValueKind(enum.Enum):
+    LEAF = "leaf"
+    CONTRACT = "contract"
+    SUM = "sum"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One side of a contraction: a value and the canonical label number on each of its modes."""
+
+    value: int
+    modes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SumEntry:
+    """``coefficient · value`` read through ``perm``: output mode k reads mode ``perm[k]``."""
+
+    coefficient: Fraction
+    value: int
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Value:
+    id: int
+    kind: ValueKind
+    spaces: tuple[str, ...]                 # space of each canonical mode (sizes the array)
+    tensor: str | None = None               # LEAF: the input tensor's name
+    left: Operand | None = None             # CONTRACT
+    right: Operand | None = None            # CONTRACT
+    result: tuple[int, ...] = ()            # CONTRACT: label numbers of the result modes
+    entries: tuple[SumEntry, ...] = ()      # SUM
+    name: str = ""                          # SUM: the equation (or operator group) it builds
+
+    @property
+    def rank(self) -> int:
+        return len(self.spaces)
+
+    @property
+    def children(self) -> tuple[int, ...]:
+        if self.kind is ValueKind.CONTRACT:
+            return (self.left.value, self.right.value)
+        if self.kind is ValueKind.SUM:
+            return tuple(e.value for e in self.entries)
+        return ()
+
+    def describe(self) -> str:
+        """One line: ``v7 contract(v2[0,1,2,3] v5[2,3,4,5] -> [0,1,4,5])``."""
+        shape = ",".join(self.spaces)
+        if self.kind is ValueKind.LEAF:
+            body = f"leaf {self.tensor}"
+        elif self.kind is ValueKind.CONTRACT:
+            def side(op: Operand) -> str:
+                return f"v{op.value}[{','.join(map(str, op.modes))}]"
+            body = (f"contract {side(self.left)} {side(self.right)} -> "
+                    f"[{','.join(map(str, self.result))}]")
+        else:
+            parts = [f"{e.coefficient}·v{e.value}" + (
+                "" if e.perm == tuple(range(len(e.perm))) else f"^({','.join(map(str, e.perm))})")
+                for e in self.entries]
+            body = f"sum {self.name} = " + " + ".join(parts)
+        return f"v{self.id} ({shape}) {body}"
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """A use of ``value`` in a term, with the user's labels on its canonical modes."""
+
+    value: int
+    labels: tuple[Index, ...]
+
+
+@dataclass(frozen=True)
+class Root:
+    """An equation's result: ``value`` holds it, axes in ``indices`` order (slot order)."""
+
+    name: str
+    value: int
+    indices: tuple[Index, ...]
+
+
+@dataclass(frozen=True)
+class Forest:
+    values: tuple[Value, ...]               # children always precede parents; id == position
+    roots: tuple[Root, ...]
+    binary_contractions: int                # contraction nodes before interning (all terms)
+    leaf_users: dict[int, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def distinct_contractions(self) -> int:
+        return sum(1 for v in self.values if v.kind is ValueKind.CONTRACT)
+
+    def dump(self) -> str:
+        lines = [f"forest: {len(self.values)} values, {len(self.roots)} roots, "
+                 f"{self.binary_contractions} binary contractions -> "
+                 f"{self.distinct_contractions} distinct"]
+        lines += [v.describe() for v in self.values]
+        for r in self.roots:
+            lines.append(f"root {r.name}{{{','.join(map(str, r.indices))}}} = v{r.value}")
+        return "\n".join(lines) + "\n"
