@@ -1,0 +1,23 @@
+"""sequant-eval: evaluate tensor-contraction equations as one fused forest, exactly.
+
+    import sequant_eval as se
+    eqs = se.parse(text)
+    out = se.evaluate(eqs, tensors, extents)
+    rep = se.analyze(eqs, extents)
+"""
+from __future__ import annotations
+
+from .api import Evaluator, Report, analyze, evaluate
+from .errors import (ExpressionError, InfeasibleBudget, MissingTensor, ParseError,
+                     ScheduleError, SequantEvalError, ShapeMismatch, UnknownSpace,
+                     UnsupportedFeature)
+from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "parse", "to_text", "evaluate", "analyze", "Evaluator", "Report",
+    "Equation", "Index", "Operator", "Product", "Tensor",
+    "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",
+    "UnknownSpace", "InfeasibleBudget", "ScheduleError", "UnsupportedFeature",
+]
