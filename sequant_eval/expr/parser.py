@@ -62,7 +62,7 @@ class _Lexer:
                 out.append(_Token("NL", "", *last))
             out.extend(self._line(line, n))
             last = (n, len(code.rstrip()) + 1)
-        out.append(_Token("EOF", "", len(self.lines) + 1, 1))
+        out.append(_Token("EOF", "", *last))
         return out
 
     def _line(self, line: str, n: int) -> list[_Token]:
@@ -186,11 +186,14 @@ class _Parser:
 
     def sum(self) -> tuple[Product, ...]:
         terms = []
+        self.term_tokens: list[_Token] = []
         sign = -1 if self.tok.kind == "-" else 1
         self.accept("+") or self.accept("-")
+        self.term_tokens.append(self.tok)
         terms.append(self.product(sign))
         while self.tok.kind in ("+", "-"):
             sign = -1 if self.take(self.tok.kind, "a sign").kind == "-" else 1
+            self.term_tokens.append(self.tok)
             terms.append(self.product(sign))
         return tuple(terms)
 
@@ -272,19 +275,20 @@ class _Parser:
             out.append(self.index())
         return out
 
-    def index(self) -> Index:
+    def index(self, nested: bool = False) -> Index:
         tok = self.take("NAME", "an index such as i_1")
         m = _INDEX.match(tok.text)
         if not m:
             raise self.error("an index is a space name, optional '_', then digits", tok)
         protos: tuple[Index, ...] = ()
         if self.accept("<"):
-            items = [self.index()]
+            if nested:
+                raise self.error("protos of a composite index must be plain indices",
+                                 self.toks[self.k - 1])
+            items = [self.index(nested=True)]
             while self.accept(","):
-                items.append(self.index())
+                items.append(self.index(nested=True))
             self.take(">", "',' or '>' closing the proto list")
-            if any(p.protos for p in items):
-                raise self.error("protos of a composite index must be plain indices", tok)
             protos = tuple(items)
         number = int(m.group(2)) if m.group(2) is not None else None
         return Index(m.group(1), number, protos)
@@ -294,9 +298,9 @@ class _Parser:
         if not p.factors and p.operators:
             raise self.error("an operator needs a tensor product to act on", tok)
 
-    def _check(self, eq: Equation, tok: _Token) -> None:
+    def _check(self, eq: Equation, start: _Token) -> None:
         expected = set(eq.indices)
-        for p in eq.terms:
+        for p, tok in zip(eq.terms, self.term_tokens):
             if not p.factors:
                 if expected:
                     raise self.error(f"a bare number cannot be a term of tensor result {eq.name}",

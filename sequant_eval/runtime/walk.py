@@ -63,8 +63,10 @@ def build_walk(forest: Forest) -> Walk:
         if val.kind is ValueKind.LEAF:
             order.append((StepKind.FETCH, v, -1))
         elif val.kind is ValueKind.CONTRACT:
-            need(val.left.value)
-            need(val.right.value)
+            # Intermediates first, leaves last: a leaf is fetched just before it is read,
+            # not held while the other operand's subtree is computed.
+            for child in sorted(val.children, key=lambda c: values[c].kind is ValueKind.LEAF):
+                need(child)
             order.append((StepKind.CONTRACT, v, -1))
         elif not val.entries:
             order.append((StepKind.ZEROS, v, -1))

@@ -1,0 +1,90 @@
+"""The ``sequant-eval`` command line.
+
+    sequant-eval ccsd [--molecule water] [--basis cc-pvdz]     CCSD with a memory report
+    sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
+    sequant-eval regen-equations [--check]                     re-derive the CCSD equations
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import SequantEvalError
+
+__all__ = ["main"]
+
+
+def _extents(items: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise SequantEvalError(f"--extent expects SPACE=N, got {item!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _cmd_ccsd(args: argparse.Namespace) -> int:
+    from .chem.ccsd import run_ccsd
+
+    run = run_ccsd(args.molecule, args.basis, args.backend, max_iter=args.max_iter)
+    print(run.summary())
+    return 0 if run.result.converged else 1
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from .api import analyze
+    from .expr import parse
+
+    eqs = []
+    for path in args.files:
+        stem = Path(path).stem
+        eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=stem)
+    print(analyze(eqs, _extents(args.extent)).dump(), end="")
+    return 0
+
+
+def _cmd_regen(args: argparse.Namespace) -> int:
+    from .chem import derive
+
+    text = derive.derive_ccsd_text()
+    if args.check:
+        same = derive.DATA_PATH.read_text(encoding="utf-8") == text
+        print("up to date" if same else f"{derive.DATA_PATH} differs from a fresh derivation")
+        return 0 if same else 1
+    derive.regenerate()
+    print(f"wrote {derive.DATA_PATH}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sequant-eval", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("ccsd", help="spin-orbital CCSD with a memory report")
+    p.add_argument("--molecule", default="water", help="water or water_dimer")
+    p.add_argument("--basis", default="cc-pvdz")
+    p.add_argument("--backend", default="numpy", choices=["numpy"])
+    p.add_argument("--max-iter", type=int, default=100)
+    p.set_defaults(func=_cmd_ccsd)
+    p = sub.add_parser("analyze", help="dry run: peak memory and flops of equation files")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--extent", action="append", default=[], metavar="SPACE=N")
+    p.set_defaults(func=_cmd_analyze)
+    p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")
+    p.add_argument("--check", action="store_true", help="only compare, do not write")
+    p.set_defaults(func=_cmd_regen)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except SequantEvalError as err:
+        print(f"sequant-eval: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
