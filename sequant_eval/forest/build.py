@@ -18,7 +18,8 @@ import opt_einsum
 from ..errors import UnknownSpace, UnsupportedFeature
 from ..expr.index import Index, mode_space
 from ..expr.terms import Equation, Product, Tensor, index_counts, operator_terms
-from .values import Forest, Occurrence, Operand, Root, SumEntry, Value, ValueKind
+from .values import (Forest, Occurrence, Operand, Root, SumEntry, TermNode, TermTree,
+                     Value, ValueKind)
 
 __all__ = ["build_forest", "mode_extent"]
 
@@ -105,7 +106,7 @@ def _contract_key(a: Occurrence, b: Occurrence, keep: set[Index]) -> tuple:
 
 
 def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
-              where: str) -> Occurrence:
+              where: str) -> TermTree:
     occs = _canonical_order([interner.leaf(t, where) for t in product.factors], result)
     for ix in index_counts(product):
         interner.size(ix, where)
@@ -114,25 +115,36 @@ def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
     if lonely:
         raise UnsupportedFeature(f"{where}: index {lonely[0]} is summed but appears in one "
                                  f"tensor only (a trace); rewrite the term without it")
-    if len(occs) == 1:
-        return occs[0]
-    symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(counts)}
-    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
-    output = "".join(symbols[ix] for ix in result)
-    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
-    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
-    path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
-                                       optimize=strategy)
-    for step in path:
-        picked = [occs[k] for k in step]
-        for k in sorted(step, reverse=True):
-            del occs[k]
-        while len(picked) > 2:  # opt_einsum may merge three at once; split left-deep
-            x, y = picked.pop(0), picked.pop(0)
-            picked.insert(0, interner.contract(x, y, _needed(x, y, picked + occs, result)))
-        x, y = picked
-        occs.append(interner.contract(x, y, _needed(x, y, occs, result)))
-    return occs[0]
+    nodes: list[TermNode] = [TermNode(o.value, o.labels) for o in occs]
+    ids = list(range(len(occs)))     # node index of each pending operand
+
+    def join(kx: int, ky: int, rest: Sequence[Occurrence]) -> tuple[Occurrence, int]:
+        x, y = nodes[kx].occurrence, nodes[ky].occurrence
+        occ = interner.contract(x, y, _needed(x, y, rest, result))
+        nodes.append(TermNode(occ.value, occ.labels, (kx, ky)))
+        return occ, len(nodes) - 1
+
+    if len(occs) > 1:
+        symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(counts)}
+        inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
+        output = "".join(symbols[ix] for ix in result)
+        shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
+        strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
+        path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
+                                           optimize=strategy)
+        for step in path:
+            picked = [ids[k] for k in step]
+            for k in sorted(step, reverse=True):
+                del occs[k]
+                del ids[k]
+            while len(picked) > 2:  # opt_einsum may merge three at once; split left-deep
+                kx, ky = picked.pop(0), picked.pop(0)
+                rest = [nodes[k].occurrence for k in picked] + occs
+                picked.insert(0, join(kx, ky, rest)[1])
+            occ, k = join(picked[0], picked[1], occs)
+            occs.append(occ)
+            ids.append(k)
+    return TermTree(where, tuple(nodes), len(nodes) - 1 if len(nodes) > 1 else 0)
 
 
 def _canonical_order(occs: list[Occurrence], result: tuple[Index, ...]) -> list[Occurrence]:
@@ -175,6 +187,7 @@ def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> F
     """Binarize and intern ``equations`` into one forest (one SUM root per equation)."""
     interner = _Interner(extents)
     roots = []
+    trees: dict[int, TermTree] = {}
     for eq in equations:
         result = eq.indices
         spaces = tuple(mode_space(ix) for ix in result)
@@ -187,7 +200,9 @@ def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> F
             if not product.factors:
                 raise UnsupportedFeature(f"{where} is a bare number; constant terms are not "
                                          f"supported")
-            occ = _binarize(interner, product, result, where)
+            tree = _binarize(interner, product, result, where)
+            occ = tree.root_occurrence
+            trees.setdefault(occ.value, tree)
             expansion = tuple(operator_terms(product.operators, result))
             target = direct if len(expansion) == 1 and expansion[0][0] == 1 else (
                 groups.setdefault(expansion, {}))
@@ -200,4 +215,4 @@ def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> F
                 direct[slot] = direct.get(slot, Fraction(0)) + w
         roots.append(Root(eq.name, interner.sum(eq.name, spaces, direct), result))
     return Forest(tuple(interner.values), tuple(roots), interner.binary_contractions,
-                  interner.leaf_users)
+                  interner.leaf_users, trees)

@@ -15,7 +15,8 @@ from fractions import Fraction
 
 from ..expr.index import Index
 
-__all__ = ["ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "Root", "Forest"]
+__all__ = ["ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "TermNode", "TermTree", "Root",
+           "Forest"]
 
 
 class ValueKind(enum.Enum):
@@ -92,6 +93,32 @@ class Occurrence:
 
 
 @dataclass(frozen=True)
+class TermNode:
+    """One node of a term's binary tree: a use of ``value`` with the term's labels."""
+
+    value: int
+    labels: tuple[Index, ...]
+    children: tuple[int, ...] = ()          # node indices within the tree (none for a leaf)
+
+    @property
+    def occurrence(self) -> Occurrence:
+        return Occurrence(self.value, self.labels)
+
+
+@dataclass(frozen=True)
+class TermTree:
+    """The binarized tree of one term; nodes are listed children before parents."""
+
+    where: str                              # "term 3 of R2", for messages
+    nodes: tuple[TermNode, ...]
+    root: int
+
+    @property
+    def root_occurrence(self) -> Occurrence:
+        return self.nodes[self.root].occurrence
+
+
+@dataclass(frozen=True)
 class Root:
     """An equation's result: ``value`` holds it, axes in ``indices`` order (slot order)."""
 
@@ -106,6 +133,7 @@ class Forest:
     roots: tuple[Root, ...]
     binary_contractions: int                # contraction nodes before interning (all terms)
     leaf_users: dict[int, str] = field(default_factory=dict, compare=False)
+    trees: dict[int, TermTree] = field(default_factory=dict, compare=False)  # term-root value → tree
 
     @property
     def distinct_contractions(self) -> int:
