@@ -60,6 +60,11 @@ class _Interner:
         return Occurrence(vid, t.slots)
 
     def contract(self, x: Occurrence, y: Occurrence, keep: set[Index]) -> Occurrence:
+        return self.contract_ordered(x, y, keep)[0]
+
+    def contract_ordered(self, x: Occurrence, y: Occurrence,
+                         keep: set[Index]) -> tuple[Occurrence, bool]:
+        """Intern ``x·y``; also say whether ``y`` became the value's left operand."""
         self.binary_contractions += 1
         orders = ((x, y), (y, x))
         keys = [_contract_key(a, b, keep) for a, b in orders]
@@ -71,7 +76,7 @@ class _Interner:
         vid = self._add(key, lambda i: Value(
             i, ValueKind.CONTRACT, spaces, left=Operand(key[1], key[2]),
             right=Operand(key[3], key[4]), result=key[5]))
-        return Occurrence(vid, labels)
+        return Occurrence(vid, labels), pick == 1
 
     def sum(self, name: str, spaces: tuple[str, ...], entries: dict) -> int:
         merged = tuple(SumEntry(c, v, p) for (v, p), c in entries.items() if c != 0)
@@ -120,8 +125,9 @@ def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
 
     def join(kx: int, ky: int, rest: Sequence[Occurrence]) -> tuple[Occurrence, int]:
         x, y = nodes[kx].occurrence, nodes[ky].occurrence
-        occ = interner.contract(x, y, _needed(x, y, rest, result))
-        nodes.append(TermNode(occ.value, occ.labels, (kx, ky)))
+        occ, swapped = interner.contract_ordered(x, y, _needed(x, y, rest, result))
+        # children in the value's canonical operand order (left, right)
+        nodes.append(TermNode(occ.value, occ.labels, (ky, kx) if swapped else (kx, ky)))
         return occ, len(nodes) - 1
 
     if len(occs) > 1:

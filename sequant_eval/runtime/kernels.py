@@ -1,9 +1,22 @@
-"""Contraction plans: each binary contraction decided once as transpose/reshape + GEMM.
+"""Contraction plans: each binary contraction decided once as one strided ``np.matmul``.
 
-A plan says how to view each operand as a matrix (a free reshape, a reshape and ``.T`` that
-BLAS takes as a transpose flag, or a transposing copy), the GEMM shape, and the final
-reshape. The contracted modes are ordered to avoid copying the larger operand. Contractions
-with Hadamard modes (a label on both operands and the result) fall back to opt_einsum.
+A plan sees the two operands and the result as (possibly batched) matrices by *strided views*
+of their contiguous storage: modes of one role that sit next to each other in memory merge
+into one matrix dimension (rows ``M``, columns ``N``, contracted ``K``); every other result
+mode becomes a batch dimension that ``np.matmul`` loops over. BLAS takes either storage order
+of a matrix (a transpose flag), and ``matmul`` writes the result through the view straight
+into the value's layout, so most contractions need no copy at all. Where no view works, the
+operand is copied once into a layout that does (or the result is computed into a temporary
+and transposed into place).
+
+Which modes merge, which are batched and what is copied is chosen by a small cost model
+(BLAS efficiency as a function of the GEMM shape, a per-call overhead, a per-element copy
+cost): among the candidate groupings, the one with the lowest predicted time wins, ties going
+to the first candidate so that planning is deterministic. The model only ranks layouts; it
+never changes what is computed, so results are exact whichever plan wins.
+
+Contractions without a contracted mode (outer and Hadamard products) are one broadcasting
+``np.multiply``; repeated labels within one operand fall back to opt_einsum.
 """
 from __future__ import annotations
 
@@ -15,43 +28,188 @@ import opt_einsum
 
 from ..forest.values import Value
 
-__all__ = ["MatrixView", "ContractPlan", "plan_contraction"]
+__all__ = ["ArrayView", "ContractPlan", "plan_contraction", "GEMM", "MULTIPLY", "EINSUM",
+           "ZEROS"]
 
-RESHAPE, RESHAPE_T, COPY = 0, 1, 2
+GEMM, MULTIPLY, EINSUM, ZEROS = "gemm", "multiply", "einsum", "zeros"
+
+# Cost model (microseconds), calibrated on a 2-core AMD EPYC with OpenBLAS; it only ranks.
+_CALL_US = 1.0                # one BLAS call inside matmul's batch loop
+_GEMM_FLOPS_PER_US = 120e3    # large dgemm
+_GEMV_FLOPS_PER_US = 25e3     # matrix-vector (memory bound)
+_HALF_RATE_EXTENT = 20.0      # a GEMM side this long runs at about half the large rate
+_STORE_US = 1e-4              # per result element written by a GEMM call
+_COPY_US = 1.5e-3             # per element of a transposing copy (allocation included)
 
 
 @dataclass(frozen=True)
-class MatrixView:
-    kind: int                       # RESHAPE, RESHAPE_T or COPY
-    shape: tuple[int, int]          # the matrix shape as stored before any .T
-    perm: tuple[int, ...] = ()      # COPY: transpose applied before the reshape
+class ArrayView:
+    """An array as ``np.matmul`` sees it: a shape and element strides over a contiguous buffer.
 
-    def copied_elements(self) -> int:
-        return self.shape[0] * self.shape[1] if self.kind == COPY else 0
+    For an operand the buffer is the operand itself, or, when ``perm`` is set, the contiguous
+    copy ``operand.transpose(perm)``. For the result the buffer is the result, or, when
+    ``perm`` is set, a temporary of shape ``buffer_shape`` that is copied into the result as
+    ``temporary.transpose(perm)`` afterwards.
+    """
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]                 # in elements
+    perm: tuple[int, ...] | None = None
+    buffer_shape: tuple[int, ...] = ()
+
+    @property
+    def copies(self) -> bool:
+        return self.perm is not None
 
 
 @dataclass(frozen=True)
 class ContractPlan:
+    """How one contraction value is computed; built once, executed every evaluation."""
+
     value: int
-    left: MatrixView | None
-    right: MatrixView | None
+    kind: str                          # GEMM, MULTIPLY, EINSUM or ZEROS
+    left: ArrayView | None
+    right: ArrayView | None
+    out: ArrayView | None              # GEMM: the result view (MULTIPLY: None, writes in place)
     out_shape: tuple[int, ...]
-    gemm_shape: tuple[int, ...]        # the GEMM result as a tensor (left free, right free)
-    out_perm: tuple[int, ...] | None   # transpose of the GEMM result, None when not needed
-    einsum: str | None                 # fallback subscripts (Hadamard modes)
+    einsum: str | None                 # EINSUM: subscripts
     flops: int                         # 2 · multiply-adds
+    gemm: tuple[int, int, int, int] = (0, 0, 0, 0)   # GEMM: batch, m, n, k
+    cost_us: float = 0.0               # the model's estimate for the chosen plan
+
+    def dump(self) -> str:
+        """One line: kind, GEMM shape and which arrays are copied."""
+        if self.kind != GEMM:
+            return f"v{self.value} {self.kind} -> {self.out_shape}"
+        b, m, n, k = self.gemm
+        copied = [name for name, v in (("left", self.left), ("right", self.right),
+                                       ("out", self.out)) if v.copies]
+        return (f"v{self.value} gemm {b}x({m}x{k})·({k}x{n}) copy "
+                f"{','.join(copied) or 'none'} ~{self.cost_us:.0f}us")
 
 
-def _view(modes: Sequence[int], rows: Sequence[int], cols: Sequence[int],
-          extent: dict[int, int]) -> MatrixView:
-    r = prod(extent[m] for m in rows)
-    c = prod(extent[m] for m in cols)
-    modes = tuple(modes)
-    if modes == tuple(rows) + tuple(cols):
-        return MatrixView(RESHAPE, (r, c))
-    if modes == tuple(cols) + tuple(rows):
-        return MatrixView(RESHAPE_T, (c, r))
-    return MatrixView(COPY, (r, c), tuple(modes.index(m) for m in (*rows, *cols)))
+def gemm_time_us(m: int, n: int, k: int) -> float:
+    """Model time of one ``(m×k)·(k×n)`` BLAS call."""
+    flops = 2.0 * m * n * k
+    if m == 1 or n == 1:
+        return _CALL_US + flops / _GEMV_FLOPS_PER_US
+    h = _HALF_RATE_EXTENT
+    eff = (m / (m + h)) * (n / (n + h)) * (k / (k + 1.0))
+    return _CALL_US + flops / (_GEMM_FLOPS_PER_US * eff) + _STORE_US * m * n
+
+
+class _Layout:
+    """A contiguous array's modes: element stride of each, and the non-trivial modes in order."""
+
+    def __init__(self, modes: Sequence[int], extent: dict[int, int]) -> None:
+        self.modes = tuple(modes)
+        self.stride: dict[int, int] = {}
+        acc = 1
+        for m in reversed(self.modes):
+            self.stride[m] = acc
+            acc *= extent[m]
+        self.size = acc
+        self.order = tuple(m for m in self.modes if extent[m] > 1)   # extent-1 modes vanish
+
+    def runs(self, members: set[int]) -> list[tuple[int, ...]]:
+        """Every run of consecutive non-trivial modes, all in ``members`` (mergeable groups)."""
+        out = []
+        for i in range(len(self.order)):
+            for j in range(i + 1, len(self.order) + 1):
+                if self.order[j - 1] not in members:
+                    break
+                out.append(self.order[i:j])
+        return out
+
+    def merged(self, group: tuple[int, ...]) -> int | None:
+        """Stride of ``group`` as one dimension, None if not consecutive in this order."""
+        if not group:
+            return 0
+        pos = [self.order.index(m) if m in self.order else -1 for m in group]
+        if pos[0] < 0 or pos != list(range(pos[0], pos[0] + len(group))):
+            return None
+        return self.stride[group[-1]]
+
+
+def _core(d1: int, s1: int, d2: int, s2: int) -> tuple[int, int] | None:
+    """Strides of a ``d1×d2`` matrix that BLAS can take, or None (needs a copy).
+
+    A vector (one side 1) takes any stride; a matrix needs one unit stride and a leading
+    stride at least the other extent. An empty group (extent 1) gets a stride that makes the
+    matrix blasable either way.
+    """
+    if d1 == 1:
+        s1 = d2 if s2 == 1 else 1
+    if d2 == 1:
+        s2 = d1 if s1 == 1 else 1
+    if d1 == 1 or d2 == 1:
+        return s1, s2
+    if (s2 == 1 and s1 >= d2) or (s1 == 1 and s2 >= d1):
+        return s1, s2
+    return None
+
+
+def _matrix_view(layout: _Layout, batch: Sequence[int], rows: tuple[int, ...],
+                 cols: tuple[int, ...], extent: dict[int, int]) -> ArrayView | None:
+    """View of ``layout`` as ``batch × (rows × cols)``; None when no strided view exists."""
+    r, c = layout.merged(rows), layout.merged(cols)
+    if r is None or c is None:
+        return None
+    d1, d2 = prod(extent[m] for m in rows), prod(extent[m] for m in cols)
+    core = _core(d1, r, d2, c)
+    if core is None:
+        return None
+    shape = tuple(extent[m] if m in layout.stride else 1 for m in batch) + (d1, d2)
+    strides = tuple(layout.stride.get(m, 0) for m in batch) + core
+    return ArrayView(shape, strides)
+
+
+def _copied_view(layout: _Layout, batch: Sequence[int], rows: tuple[int, ...],
+                 cols: tuple[int, ...], extent: dict[int, int], result: bool) -> ArrayView:
+    """The view after copying into the contiguous layout (own batch modes, rows, cols)."""
+    own = [m for m in batch if m in layout.stride]
+    copy_modes = (*own, *rows, *cols)
+    rest = [m for m in layout.modes if m not in copy_modes]          # extent-1 modes
+    copy_modes = (*rest, *copy_modes)
+    copy_layout = _Layout(copy_modes, extent)
+    view = _matrix_view(copy_layout, batch, rows, cols, extent)
+    buffer_shape = tuple(extent[m] for m in copy_modes)
+    if result:   # temporary in copy order → result order
+        perm = tuple(copy_modes.index(m) for m in layout.modes)
+    else:        # operand storage → copy order
+        perm = tuple(layout.modes.index(m) for m in copy_modes)
+    return ArrayView(view.shape, view.strides, perm, buffer_shape)
+
+
+def _orders(layouts: Sequence[_Layout], members: set[int]) -> list[tuple[int, ...]]:
+    """Candidate orders of one group: mergeable runs in any layout, the whole group, none."""
+    seen: dict[tuple[int, ...], None] = {(): None}
+    for lay in layouts:
+        whole = tuple(m for m in lay.order if m in members)
+        if whole:
+            seen.setdefault(whole, None)
+        for run in lay.runs(members):
+            seen.setdefault(run, None)
+    return list(seen)
+
+
+def _einsum_plan(value: Value, extent: dict[int, int], out_shape, flops) -> ContractPlan:
+    a, b, r = value.left.modes, value.right.modes, value.result
+    sym = {m: opt_einsum.get_symbol(k) for k, m in enumerate(extent)}
+    sub = (f"{''.join(sym[m] for m in a)},{''.join(sym[m] for m in b)}"
+           f"->{''.join(sym[m] for m in r)}")
+    return ContractPlan(value.id, EINSUM, None, None, None, out_shape, sub, flops)
+
+
+def _multiply_plan(value: Value, extent: dict[int, int], out_shape, flops) -> ContractPlan:
+    """No contracted mode: each operand broadcast to the result's shape (stride 0 where absent)."""
+    r = value.result
+    views = []
+    for modes in (value.left.modes, value.right.modes):
+        lay = _Layout(modes, extent)
+        views.append(ArrayView(tuple(out_shape), tuple(lay.stride.get(m, 0) for m in r)))
+    return ContractPlan(value.id, MULTIPLY, views[0], views[1], None, out_shape, None, flops,
+                        cost_us=_COPY_US * prod(out_shape))
 
 
 def plan_contraction(value: Value, left: Value, right: Value,
@@ -62,22 +220,42 @@ def plan_contraction(value: Value, left: Value, right: Value,
     extent = dict(zip(a, left_extents)) | dict(zip(b, right_extents))
     flops = 2 * prod(extent.values())
     out_shape = tuple(extents)
-    hadamard = set(a) & set(b) & set(r)
-    if hadamard:
-        sym = {m: opt_einsum.get_symbol(k) for k, m in enumerate(extent)}
-        sub = (f"{''.join(sym[m] for m in a)},{''.join(sym[m] for m in b)}"
-               f"->{''.join(sym[m] for m in r)}")
-        return ContractPlan(value.id, None, None, out_shape, out_shape, None, sub, flops)
-    free_a = [m for m in a if m in r]
-    free_b = [m for m in b if m in r]
+    if len(set(a)) < len(a) or len(set(b)) < len(b) or not (set(a) | set(b)) >= set(r) \
+            or (set(a) ^ set(b)) - set(r):
+        return _einsum_plan(value, extent, out_shape, flops)
+    if 0 in extent.values():
+        return ContractPlan(value.id, ZEROS, None, None, None, out_shape, None, 0)
+    big = {m for m, e in extent.items() if e > 1}
+    contracted = (set(a) & set(b) & big) - set(r)
+    if not contracted:
+        return _multiply_plan(value, extent, out_shape, flops)
+    la, lb, lr = _Layout(a, extent), _Layout(b, extent), _Layout(r, extent)
+    free_a = (set(a) - set(b)) & big
+    free_b = (set(b) - set(a)) & big
     best = None
-    for k_order in ([m for m in a if m in b], [m for m in b if m in a]):
-        lv = _view(a, free_a, k_order, extent)
-        rv = _view(b, k_order, free_b, extent)
-        cost = lv.copied_elements() + rv.copied_elements()
-        if best is None or cost < best[0]:
-            best = (cost, lv, rv)
-    natural = tuple(free_a + free_b)
-    out_perm = None if natural == tuple(r) else tuple(natural.index(m) for m in r)
-    gemm_shape = tuple(extent[m] for m in natural)
-    return ContractPlan(value.id, best[1], best[2], out_shape, gemm_shape, out_perm, None, flops)
+    for rows in _orders((la, lr), free_a):
+        for cols in _orders((lb, lr), free_b):
+            batch = [m for m in lr.order if m not in rows and m not in cols]
+            nbatch = prod(extent[m] for m in batch)
+            m_, n_ = prod(extent[x] for x in rows), prod(extent[x] for x in cols)
+            for ks in _orders((la, lb), contracted):
+                if set(ks) != contracted:
+                    continue
+                k_ = prod(extent[x] for x in ks)
+                cost = nbatch * gemm_time_us(m_, n_, k_)
+                xa = _matrix_view(la, batch, rows, ks, extent)
+                if xa is None:
+                    xa = _copied_view(la, batch, rows, ks, extent, False)
+                    cost += _COPY_US * la.size
+                xb = _matrix_view(lb, batch, ks, cols, extent)
+                if xb is None:
+                    xb = _copied_view(lb, batch, ks, cols, extent, False)
+                    cost += _COPY_US * lb.size
+                xz = _matrix_view(lr, batch, rows, cols, extent)
+                if xz is None:
+                    xz = _copied_view(lr, batch, rows, cols, extent, True)
+                    cost += _COPY_US * lr.size
+                if best is None or cost < best[0]:
+                    best = (cost, xa, xb, xz, (nbatch, m_, n_, k_))
+    cost, xa, xb, xz, shape = best
+    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, None, flops, shape, cost)

@@ -1,0 +1,85 @@
+"""Exact memory profile of one term's subtree under nested batch loops.
+
+The schedule runs a subtree in *levels*: level d is inside the first d loops of its
+enclosing chain. All of a level's steps run (first child's, then second child's) before
+the next deeper block opens; a value made at level d and read deeper stays live until the
+block at level d+1 closes. A node that opens loops O allocates, at the open of each of its
+blocks, the accumulator that the block's batches sum or scatter into. These rules are the
+sequencer's (schedule/ordered.py); so the peak computed here is the peak the static sweep
+finds for a term scheduled alone, and the planner's promise is exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Profile", "leaf_profile", "node_profile"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Bytes of one subtree over the levels 0..L of its enclosing chain (L = len(hold))."""
+
+    pk: tuple[int, ...]      # peak during the subtree's level-d steps (its own live bytes)
+    hold: tuple[int, ...]    # made at level d < L and live through all deeper levels
+    res: int                 # the subtree's result, made at level L
+    flops: int
+
+    @property
+    def depth(self) -> int:
+        return len(self.hold)
+
+    @property
+    def peak(self) -> int:
+        return max(self.pk)
+
+    def held(self, d: int) -> int:
+        """Bytes of this subtree live once its steps at levels <= d are done."""
+        if d < 0:
+            return 0
+        if d >= self.depth:
+            return sum(self.hold) + self.res
+        return sum(self.hold[: d + 1])
+
+    def held_at(self, d: int) -> int:
+        """What this subtree leaves live *from* level d (its result counts at its own level)."""
+        if d < self.depth:
+            return self.hold[d]
+        return self.res if d == self.depth else 0
+
+    def peak_at(self, d: int) -> int:
+        return self.pk[d] if d < len(self.pk) else 0
+
+    def dominates(self, other: Profile) -> bool:
+        return (self.flops <= other.flops and self.res <= other.res
+                and all(a <= b for a, b in zip(self.pk, other.pk))
+                and all(a <= b for a, b in zip(self.hold, other.hold)))
+
+
+def leaf_profile(depth: int, size: int) -> Profile:
+    """A leaf fetched at level ``depth`` (the innermost enclosing loop that slices it)."""
+    return Profile((0,) * depth + (size,), (0,) * depth, size, 0)
+
+
+def node_profile(first: Profile, second: Profile, depth: int, accumulators: tuple[int, ...],
+                 part: int, flops: int) -> Profile:
+    """Combine two children at a node whose result lands at level ``depth``.
+
+    ``accumulators[j]`` is the node's form after its (j+1)-th own loop closes, allocated at
+    that block's open (``accumulators[0]`` is the node's result); ``part`` is the per-batch
+    result of the innermost block (the result itself when the node opens no loop).
+    """
+    inner = depth + len(accumulators)
+    pk = []
+    for d in range(depth):
+        pk.append(max(first.peak_at(d) + second.held(d - 1),
+                      first.held(d) + second.peak_at(d)))
+    top = 0
+    for d in range(depth, inner + 1):
+        acc = sum(accumulators[: d - depth])
+        top = max(top, first.peak_at(d) + second.held(d - 1) + acc,
+                  first.held(d) + second.peak_at(d) + acc)
+    top = max(top, first.held(inner) + second.held(inner) + part + sum(accumulators))
+    pk.append(top)
+    hold = tuple(first.held_at(d) + second.held_at(d) for d in range(depth))
+    res = accumulators[0] if accumulators else part
+    return Profile(tuple(pk), hold, res, first.flops + second.flops + flops)

@@ -1,0 +1,73 @@
+"""Plan → boulevard → ordered schedule → static peak, in one call."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from math import prod
+
+from ..forest.build import mode_extent
+from ..forest.values import Forest
+from ..plan.planner import BatchPlan
+from .boulevard import RichSchedule, compute_dag_boulevard
+from .flops import schedule_flops
+from .ordered import OrderedSchedule, build_ordered_schedule
+from .peak import Liveness, PeakProfile, Point, liveness, peak_profile_sweep, schedule_points
+
+__all__ = ["ScheduleAnalysis", "analyze_schedule", "value_shapes"]
+
+
+def value_shapes(forest: Forest, extents: Mapping[str, int]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(mode_extent(s, extents) for s in v.spaces) for v in forest.values)
+
+
+@dataclass(frozen=True)
+class ScheduleAnalysis:
+    forest: Forest
+    plan: BatchPlan
+    rich: RichSchedule
+    ordered: OrderedSchedule
+    points: tuple[Point, ...]
+    cells: tuple[Liveness, ...]
+    profile: PeakProfile
+    flops: int
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.profile.peak_bytes
+
+
+def term_peak(forest: Forest, plan: BatchPlan):
+    """A checker for ``plan_forest(exact=...)``: the static peak of one term scheduled alone
+    (its tree's forms only, without the equation sum it feeds)."""
+    from dataclasses import replace as _replace
+
+    from ..forest.values import Root, SumEntry, Value, ValueKind
+    from .forms import FormKind
+
+    def exact(tp, loops) -> int:
+        sid = len(forest.values)
+        rank = len(forest.values[tp.value].spaces)
+        total = Value(sid, ValueKind.SUM, forest.values[tp.value].spaces,
+                      entries=(SumEntry(1, tp.value, tuple(range(rank))),), name="term")
+        alone = Forest(forest.values + (total,), (Root("term", sid, ()),), 0, {},
+                       {tp.value: tp.tree})
+        shift = {l.id: k for k, l in enumerate(loops)}
+        local = tuple(_replace(l, id=shift[l.id]) for l in loops)
+        tp = _replace(tp, opens=tuple(tuple(shift[i] for i in o) for o in tp.opens))
+        a = analyze_schedule(alone, _replace(plan, terms=(tp,), loops=local))
+        cells = [c for c in a.cells if a.rich.forms[c.form].kind is not FormKind.SUM]
+        return peak_profile_sweep(cells, len(a.points)).peak_bytes
+
+    return exact
+
+
+def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
+    rich = compute_dag_boulevard(forest, plan)
+    ordered = build_ordered_schedule(rich)
+    shapes = value_shapes(forest, plan.extents)
+    points = schedule_points(ordered)
+    cells = liveness(ordered, forest, shapes, plan.policy.itemsize, points)
+    profile = peak_profile_sweep(cells, len(points))
+    return ScheduleAnalysis(forest, plan, rich, ordered, tuple(points), tuple(cells), profile,
+                            schedule_flops(ordered, forest, shapes), shapes)

@@ -1,0 +1,230 @@
+"""Static points and loop identity over the whole forest → RichSchedule.
+
+Every form gets a static point: the position at which a demand-driven walk of the forest
+(equations in order, sum entries in order, operands in the planned child order) first
+completes it; for no loops this is exactly the unbatched walk. Loops of different terms
+are fused into one physical loop when they slice the same form in the same way, so the
+form is built once per batch for all its users. A fusion is refused when it would
+
+  (a) give one loop two modes of one form (or put a loop twice in one nest),
+  (b) put a reader inside the loop of a reduction it needs complete,
+  (c) join loops of different kind, space or block, or
+  (d) create a nesting cycle (loop A outside B in one nest, inside it in another).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from ..forest.values import Forest
+from ..plan.loops import Loop, LoopKind
+from ..plan.planner import BatchPlan
+from .forms import Form, FormKind, build_forms
+
+__all__ = ["RichSchedule", "compute_dag_boulevard"]
+
+
+@dataclass(frozen=True)
+class RichSchedule:
+    forms: tuple[Form, ...]                        # canonical forms, children before parents
+    loops: dict[int, Loop]                         # surviving loop ids → loop
+    rank: tuple[int, ...]                          # per form: static point of completion
+    accumulate_rank: dict[tuple[int, int], int]    # (sum form, entry) → static point
+    readers: dict[int, tuple[tuple[int, int], ...]] = field(compare=False)  # form → (reader, leg)
+    loop_order: frozenset[tuple[int, int]] = frozenset()   # (outer, inner) pairs
+    fused: dict[int, int] = field(default_factory=dict)    # planned loop id → surviving id
+    term_results: dict[int, int] = field(default_factory=dict)  # term value → result form
+    num_points: int = 0
+
+    def first_use(self, fid: int) -> int:
+        return self.rank[fid]
+
+    def last_use(self, fid: int) -> int:
+        uses = [self._use_rank(r, leg) for r, leg in self.readers.get(fid, ())]
+        return max(uses, default=self.rank[fid])
+
+    def _use_rank(self, reader: int, leg: int) -> int:
+        if self.forms[reader].kind is FormKind.SUM:
+            return self.accumulate_rank[(reader, leg)]
+        return self.rank[reader]
+
+    def dump(self) -> str:
+        lines = [str(self.loops[l]) for l in sorted(self.loops)]
+        lines += [f"{f.describe()} @{self.rank[f.id]}" for f in self.forms]
+        return "\n".join(lines) + "\n"
+
+
+class _UnionFind:
+    def __init__(self, ids) -> None:
+        self.parent = {i: i for i in ids}
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+    def copy(self) -> _UnionFind:
+        out = _UnionFind(())
+        out.parent = dict(self.parent)
+        return out
+
+
+def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]]:
+    """Rewrite forms with surviving loop ids, merge the ones that became equal."""
+    f = uf.find
+    canon: list[int] = []
+    out: list[Form] = []
+    index: dict[tuple, int] = {}
+    for form in forms:
+        new = replace(
+            form, id=-1,
+            sliced=tuple(sorted((p, f(l)) for p, l in form.sliced)),
+            partial=tuple(f(l) for l in form.partial),
+            scope=tuple(f(l) for l in form.scope),
+            operands=tuple(canon[o] for o in form.operands),
+            source=canon[form.source] if form.source >= 0 else -1,
+            via=f(form.via) if form.via >= 0 else -1)
+        key = new.key()
+        if key not in index:
+            index[key] = len(out)
+            out.append(replace(new, id=len(out)))
+        canon.append(index[key])
+    return canon, out
+
+
+def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> bool:
+    f = uf.find
+    readers: dict[int, list[Form]] = defaultdict(list)
+    edges: dict[int, set[int]] = defaultdict(set)
+    for form in forms:
+        nest = [f(l) for l in form.scope]
+        sliced = [f(l) for _, l in form.sliced]
+        if len(set(nest)) != len(nest) or len(set(sliced)) != len(sliced):
+            return True                                              # (a)
+        if form.via >= 0 and f(form.via) in nest:
+            return True                                              # (a)
+        for a, b in zip(nest, nest[1:] + ([f(form.via)] if form.via >= 0 else [])):
+            edges[a].add(b)
+        for o in form.operands:
+            readers[o].append(form)
+        if form.source >= 0:
+            readers[form.source].append(form)
+    for form in forms:                                               # (b)
+        if form.kind is FormKind.ASSEMBLE and loops[form.via].kind is LoopKind.CONTRACTED:
+            if any(f(form.via) in {f(l) for l in r.scope} for r in readers[form.id]):
+                return True
+    state: dict[int, int] = {}                                       # (d)
+
+    def cyclic(n: int) -> bool:
+        state[n] = 1
+        for m in edges[n]:
+            if state.get(m) == 1 or (m not in state and cyclic(m)):
+                return True
+        state[n] = 2
+        return False
+
+    return any(n not in state and cyclic(n) for n in list(edges))
+
+
+def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
+              forms: list[Form]) -> _UnionFind | None:
+    pairs = list(zip(a.scope, b.scope)) + [(x, y) for (_, x), (_, y) in zip(a.sliced, b.sliced)]
+    pairs += list(zip(a.partial, b.partial))
+    if a.via >= 0:
+        pairs.append((a.via, b.via))
+    trial = uf.copy()
+    for x, y in pairs:
+        lx, ly = loops[x], loops[y]
+        if (lx.kind, lx.space, lx.block) != (ly.kind, ly.space, ly.block):   # (c)
+            return None
+        trial.union(x, y)
+    if all(uf.find(x) == uf.find(y) for x, y in pairs):
+        return None                       # nothing new to fuse
+    return None if _violates(forms, loops, trial) else trial
+
+
+def _shape(form: Form) -> tuple:
+    return (form.kind, form.value, tuple(p for p, _ in form.sliced), len(form.partial),
+            len(form.scope), form.via >= 0)
+
+
+def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
+    forms, terms = build_forms(forest, plan)
+    loops = plan.loops
+    uf = _UnionFind(l.id for l in loops)
+    seen: dict[tuple, list[Form]] = defaultdict(list)
+    for form in forms:
+        if form.scope or form.via >= 0:
+            canon, _ = _canonical(forms, uf)
+            for other in seen[_shape(form)]:
+                if other.term == form.term:
+                    continue
+                if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
+                    continue
+                if other.source >= 0 and canon[other.source] != canon[form.source]:
+                    continue
+                trial = _try_fuse(form, other, loops, uf, forms)
+                if trial is not None:
+                    uf = trial
+                    break
+            seen[_shape(form)].append(form)
+    canon, cforms = _canonical(forms, uf)
+    alive = {uf.find(l.id) for l in loops}
+    return _with_points(forest, cforms, {l: loops[l] for l in sorted(alive)},
+                        {l.id: uf.find(l.id) for l in loops},
+                        {v: canon[t.results[forest.trees[v].root]] for v, t in terms.items()},
+                        canon)
+
+
+def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
+                 fused: dict[int, int], term_results: dict[int, int],
+                 canon: list[int]) -> RichSchedule:
+    rank = [-1] * len(forms)
+    acc_rank: dict[tuple[int, int], int] = {}
+    counter = 0
+    sums = {f.value: f.id for f in forms if f.kind is FormKind.SUM}
+
+    def need(fid: int) -> None:
+        nonlocal counter
+        if rank[fid] >= 0:
+            return
+        form = forms[fid]
+        if form.kind is FormKind.SUM:
+            for k, op in enumerate(form.operands):
+                need(op)
+                acc_rank[(fid, k)] = counter
+                counter += 1
+            rank[fid] = acc_rank[(fid, 0)] if form.operands else counter
+            if not form.operands:
+                counter += 1
+            return
+        deps = list(form.operands)
+        if form.kind is FormKind.CONTRACT and form.first == 1:
+            deps.reverse()
+        if form.source >= 0:
+            deps = [form.source]
+        for d in deps:
+            need(d)
+        rank[fid] = counter
+        counter += 1
+
+    for root in forest.roots:
+        need(sums[root.value])
+    readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    order: set[tuple[int, int]] = set()
+    for form in forms:
+        for leg, o in enumerate(form.operands):
+            readers[o].append((form.id, leg))
+        if form.source >= 0:
+            readers[form.source].append((form.id, 0))
+        nest = list(form.scope) + ([form.via] if form.via >= 0 else [])
+        order.update(zip(nest, nest[1:]))
+    return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank,
+                        {k: tuple(v) for k, v in readers.items()}, frozenset(order), fused,
+                        term_results, counter)

@@ -1,0 +1,38 @@
+"""Arithmetic of an ordered schedule, counted exactly over all batches."""
+from __future__ import annotations
+
+from math import prod
+
+from ..forest.values import Forest, ValueKind
+from .forms import FormKind
+from .ordered import OrderedSchedule
+
+__all__ = ["schedule_flops", "contraction_flops"]
+
+
+def contraction_flops(forest: Forest, shapes, vid: int) -> int:
+    """2·multiply-adds of a contraction value over its full extents."""
+    v = forest.values[vid]
+    extent = dict(zip(v.left.modes, shapes[v.left.value])) | dict(
+        zip(v.right.modes, shapes[v.right.value]))
+    return 2 * prod(extent.values())
+
+
+def schedule_flops(sched: OrderedSchedule, forest: Forest, shapes) -> int:
+    """Contractions (with recompute under loops they do not use), sum entries (2 per
+    element, as the unbatched walk counts them) and batch sums (1 per element per batch)."""
+    loops = sched.loops
+    total = 0
+    for f in sched.forms:
+        if f.kind is FormKind.CONTRACT:
+            used = {l for _, l in f.sliced} | set(f.partial)
+            total += contraction_flops(forest, shapes, f.value) * prod(
+                loops[l].nbatches for l in f.scope if l not in used)
+        elif f.kind is FormKind.SUM:
+            total += sum(2 * prod(shapes[sched.forms[o].value]) for o in f.operands)
+        elif f.kind is FormKind.ASSEMBLE and loops[f.via].kind.value == "C":
+            src = sched.forms[f.source]
+            sliced = {l for _, l in src.sliced}
+            total += prod(shapes[src.value]) * prod(
+                loops[l].nbatches for l in src.scope if l not in sliced)
+    return total

@@ -1,0 +1,159 @@
+"""Value forms: a forest value as it exists inside a nest of batch loops.
+
+One forest value can be materialized in several forms: sliced on some of its modes by
+enclosing loops, partial over a loop that sums into it, or assembled whole after a block.
+Forms are what the schedule builds, frees and accounts; two uses of the same form (same
+value, same slicing by the same loops, same scope) are one array.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..forest.values import Forest, ValueKind
+from ..plan.dp import prefix_for
+from ..plan.planner import BatchPlan
+
+__all__ = ["FormKind", "Form", "TermForms", "build_forms"]
+
+
+class FormKind(enum.Enum):
+    LEAF = "leaf"            # a block (or batch slice) of an input tensor
+    CONTRACT = "contract"    # a binary contraction, built by a BuildStep
+    SUM = "sum"              # an equation (or operator group) sum, built entry by entry
+    ASSEMBLE = "assemble"    # a block's output: batches of `source` summed or scattered
+
+
+@dataclass(frozen=True)
+class Form:
+    id: int
+    kind: FormKind
+    value: int                            # forest value id
+    term: int                             # term-root value of the tree that made it (-1: sums)
+    sliced: tuple[tuple[int, int], ...]   # (mode position, loop id), by position
+    partial: tuple[int, ...]              # loops whose sum is still open in this form
+    scope: tuple[int, ...]                # loop ids of the blocks it lives in, outermost first
+    operands: tuple[int, ...] = ()        # CONTRACT: (left, right) forms; SUM: entry forms
+    source: int = -1                      # ASSEMBLE: the per-batch form it assembles
+    via: int = -1                         # ASSEMBLE: the loop whose batches it assembles
+    first: int = 0                        # CONTRACT: which operand is made first (0 or 1)
+
+    def key(self) -> tuple:
+        return (self.kind, self.value, self.sliced, self.partial, self.scope, self.operands,
+                self.source, self.via)
+
+    def loops(self) -> set[int]:
+        return {l for _, l in self.sliced} | set(self.partial) | set(self.scope) | (
+            {self.via} if self.via >= 0 else set())
+
+    def describe(self) -> str:
+        sl = ",".join(f"{p}/L{l}" for p, l in self.sliced)
+        bits = [f"f{self.id} {self.kind.value} v{self.value}"]
+        if sl:
+            bits.append(f"sliced[{sl}]")
+        if self.partial:
+            bits.append(f"partial[{','.join(f'L{l}' for l in self.partial)}]")
+        if self.kind is FormKind.ASSEMBLE:
+            bits.append(f"<- f{self.source} over L{self.via}")
+        elif self.operands:
+            bits.append(f"<- {' '.join(f'f{o}' for o in self.operands)}")
+        return " ".join(bits)
+
+
+@dataclass(frozen=True)
+class TermForms:
+    """For one planned term tree: the result form of every node (by node index)."""
+
+    value: int
+    results: tuple[int, ...]
+    builds: tuple[int, ...]               # the form each node's BuildStep makes
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.forms: list[Form] = []
+        self.index: dict[tuple, int] = {}
+
+    def add(self, **kw) -> int:
+        probe = Form(-1, **kw)
+        fid = self.index.get(probe.key())
+        if fid is None:
+            fid = len(self.forms)
+            self.forms.append(Form(fid, **kw))
+            self.index[probe.key()] = fid
+        return fid
+
+
+def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, TermForms]]:
+    """Forms of every planned term tree and of every equation sum."""
+    b = _Builder()
+    loops = plan.loops
+    terms: dict[int, TermForms] = {}
+    for tp in plan.terms:
+        tree = tp.tree
+        results = [-1] * len(tree.nodes)
+        builds = [-1] * len(tree.nodes)
+        labels = [frozenset(n.labels) for n in tree.nodes]
+
+        def chain_labels(chain: tuple[int, ...]):
+            return tuple(_LoopLabel(loops[l].label, l) for l in chain)
+
+        def visit(n: int, ctx: tuple[int, ...]) -> None:
+            node = tree.nodes[n]
+            chain = ctx + tp.opens[n]
+
+            def sliced_on(lids: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+                pos = {ix: p for p, ix in enumerate(node.labels)}
+                return tuple(sorted((pos[loops[l].label], l) for l in lids
+                                    if loops[l].label in pos))
+
+            if not node.children:
+                fid = b.add(kind=FormKind.LEAF, value=node.value, term=tp.value,
+                            sliced=sliced_on(ctx), partial=(), scope=ctx)
+                results[n] = builds[n] = fid
+                return
+            for c in node.children:
+                sub = prefix_for(chain_labels(chain), labels[c])
+                visit(c, tuple(x.loop for x in sub))
+            contracted = tuple(l for l in tp.opens[n] if loops[l].label not in labels[n])
+            fid = b.add(kind=FormKind.CONTRACT, value=node.value, term=tp.value,
+                        sliced=sliced_on(chain), partial=contracted, scope=chain,
+                        operands=tuple(results[c] for c in node.children), first=tp.first[n])
+            builds[n] = fid
+            for j in range(len(tp.opens[n]), 0, -1):
+                outer = ctx + tp.opens[n][: j - 1]
+                fid = b.add(kind=FormKind.ASSEMBLE, value=node.value, term=tp.value,
+                            sliced=sliced_on(outer),
+                            partial=tuple(l for l in contracted if l in outer),
+                            scope=outer, source=fid, via=tp.opens[n][j - 1])
+            results[n] = fid
+
+        visit(tree.root, ())
+        terms[tp.value] = TermForms(tp.value, tuple(results), tuple(builds))
+
+    sums: dict[int, int] = {}
+
+    def sum_form(vid: int) -> int:
+        if vid in sums:
+            return sums[vid]
+        ops = []
+        for e in forest.values[vid].entries:
+            if forest.values[e.value].kind is ValueKind.SUM:
+                ops.append(sum_form(e.value))
+            else:
+                ops.append(terms[e.value].results[forest.trees[e.value].root])
+        sums[vid] = b.add(kind=FormKind.SUM, value=vid, term=-1, sliced=(), partial=(),
+                          scope=(), operands=tuple(ops))
+        return sums[vid]
+
+    for root in forest.roots:
+        sum_form(root.value)
+    return b.forms, terms
+
+
+@dataclass(frozen=True)
+class _LoopLabel:
+    """A loop in a chain, seen through the label it runs over (for ``prefix_for``)."""
+
+    label: object
+    loop: int

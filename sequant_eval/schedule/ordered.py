@@ -1,0 +1,291 @@
+"""The deterministic sequencer: RichSchedule → OrderedSchedule (a tree of ScopeBlocks).
+
+Every form lives in the block path given by its scope, each loop tagged with a *pass*: a
+form read inside loop L after it was completed by an earlier block over L must run in a
+later pass, i.e. a sibling block over the same loop. Contractions, fetches and sum entries
+are BuildSteps in their block; a form assembled from a block's batches is that block's
+output (AccumulateSum for a contracted loop, AccumulateScatter for an external one), so a
+value escaping several loops forms a chain: built in the deepest block, forwarded above.
+Inside each block, steps and child blocks are ordered by a topological sort of what they
+produce and need, ties broken by static point (first use).
+"""
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from ..plan.loops import LoopKind
+from .boulevard import RichSchedule
+from .forms import FormKind
+
+__all__ = ["OutputKind", "BuildStep", "Output", "ScopeBlock", "OrderedSchedule",
+           "build_ordered_schedule", "well_formed", "form_paths"]
+
+Path = tuple[tuple[int, int], ...]      # ((loop id, pass), ...) from the root
+
+
+class OutputKind(enum.Enum):
+    ACCUMULATE_SUM = "sum"
+    ACCUMULATE_SCATTER = "scatter"
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    form: int
+    entry: int = -1          # SUM forms: which entry this step accumulates
+
+
+@dataclass(frozen=True)
+class Output:
+    form: int                # the ASSEMBLE form this block's batches build
+    kind: OutputKind
+
+
+@dataclass(frozen=True)
+class ScopeBlock:
+    loop: int                                # -1 for the root
+    axis: str                                # the loop's space ("" at the root)
+    kind: LoopKind | None
+    level: int                               # nesting depth (root 0)
+    pass_: int
+    steps: tuple[BuildStep | ScopeBlock, ...]
+    outputs: tuple[Output, ...] = ()
+
+    @property
+    def path_item(self) -> tuple[int, int]:
+        return (self.loop, self.pass_)
+
+    def blocks(self):
+        """Every block below (and including) this one, pre-order."""
+        yield self
+        for s in self.steps:
+            if isinstance(s, ScopeBlock):
+                yield from s.blocks()
+
+
+@dataclass(frozen=True)
+class OrderedSchedule:
+    root: ScopeBlock
+    rich: RichSchedule
+
+    @property
+    def forms(self):
+        return self.rich.forms
+
+    @property
+    def loops(self):
+        return self.rich.loops
+
+
+def form_paths(rich: RichSchedule) -> list[Path]:
+    """Block path of every form: its scope loops, each with the pass it must run in."""
+    forms = rich.forms
+    passes: list[dict[int, int]] = [dict() for _ in forms]
+    for fid in sorted(range(len(forms)), key=lambda f: rich.rank[f]):
+        form = forms[fid]
+        mine = passes[fid]
+        reads = list(form.operands) + ([form.source] if form.source >= 0 else [])
+        for loop in form.scope:
+            p = 0
+            for r in reads:
+                src = forms[r]
+                if src.kind is FormKind.ASSEMBLE and src.via == loop:
+                    p = max(p, passes[src.source].get(loop, 0) + 1)
+                elif loop in src.scope:
+                    p = max(p, passes[r][loop])
+            mine[loop] = p
+        for r in reads:
+            src = forms[r]
+            for loop in set(src.scope) & set(form.scope):
+                if passes[r][loop] != mine[loop]:
+                    raise ScheduleError(
+                        f"form f{fid} (v{form.value}) in pass {mine[loop]} of loop L{loop} "
+                        f"reads f{r}, which exists per batch only in pass {passes[r][loop]}; "
+                        f"it would have to be materialized whole")
+    return [tuple((l, passes[f][l]) for l in forms[f].scope) for f in range(len(forms))]
+
+
+class _Node:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.builds: list[BuildStep] = []
+        self.outputs: list[Output] = []
+        self.children: dict[tuple[int, int], _Node] = {}
+
+
+def build_ordered_schedule(rich: RichSchedule) -> OrderedSchedule:
+    forms = rich.forms
+    paths = form_paths(rich)
+    root = _Node(())
+
+    def node(path: Path) -> _Node:
+        cur = root
+        for k, item in enumerate(path):
+            cur = cur.children.setdefault(item, _Node(path[: k + 1]))
+        return cur
+
+    for form in forms:
+        if form.kind is FormKind.SUM:
+            for k in range(len(form.operands)):
+                node(paths[form.id]).builds.append(BuildStep(form.id, k))
+        elif form.kind is FormKind.ASSEMBLE:
+            kind = (OutputKind.ACCUMULATE_SUM if rich.loops[form.via].kind is LoopKind.CONTRACTED
+                    else OutputKind.ACCUMULATE_SCATTER)
+            node(paths[form.source]).outputs.append(Output(form.id, kind))
+        else:
+            node(paths[form.id]).builds.append(BuildStep(form.id))
+    sched = OrderedSchedule(_assemble(root, rich), rich)
+    well_formed(sched)
+    return sched
+
+
+def _step_rank(rich: RichSchedule, s: BuildStep) -> int:
+    if s.entry >= 0:
+        return rich.accumulate_rank[(s.form, s.entry)]
+    return rich.rank[s.form]
+
+
+def _reads(rich: RichSchedule, s: BuildStep) -> list[tuple]:
+    form = rich.forms[s.form]
+    if s.entry >= 0:
+        need = [("form", form.operands[s.entry])]
+        if s.entry > 0:
+            need.append(("entry", s.form, s.entry - 1))
+        return need
+    return [("form", o) for o in form.operands]
+
+
+def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
+    kids = [_assemble(c, rich) for _, c in sorted(n.children.items())]
+    items: list[BuildStep | ScopeBlock] = list(n.builds) + kids
+    produces: list[set] = []
+    needs: list[set] = []
+    ranks: list[int] = []
+    for it in items:
+        prod, need, rank = _summary(it, rich)
+        produces.append(prod)
+        needs.append(need - prod)
+        ranks.append(rank)
+    owner = {tok: k for k, prod in enumerate(produces) for tok in prod}
+    deps = [{owner[t] for t in need if t in owner and owner[t] != k} for k, need in enumerate(needs)]
+    users = defaultdict(set)
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].add(k)
+    waiting = [len(ds) for ds in deps]
+    ready = [(ranks[k], k) for k in range(len(items)) if not waiting[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(items[k])
+        for u in sorted(users[k]):
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (ranks[u], u))
+    if len(order) != len(items):
+        stuck = [k for k in range(len(items)) if waiting[k]]
+        raise ScheduleError(f"dependency cycle among the steps of block {n.path}: "
+                            f"{len(stuck)} items wait on each other")
+    if not n.path:
+        return ScopeBlock(-1, "", None, 0, 0, tuple(order), tuple(n.outputs))
+    loop_id, pass_ = n.path[-1]
+    loop = rich.loops[loop_id]
+    outputs = tuple(sorted(n.outputs, key=lambda o: rich.rank[o.form]))
+    return ScopeBlock(loop_id, loop.space, loop.kind, len(n.path), pass_, tuple(order), outputs)
+
+
+def _summary(item, rich: RichSchedule) -> tuple[set, set, int]:
+    """What an item produces, what it needs, and its rank (first use)."""
+    if isinstance(item, BuildStep):
+        prod = {("entry", item.form, item.entry)} if item.entry >= 0 else {("form", item.form)}
+        if item.entry == 0:
+            prod.add(("form", item.form))
+        return prod, set(_reads(rich, item)), _step_rank(rich, item)
+    prod, need, rank = set(), set(), None
+    for s in item.steps:
+        p, q, r = _summary(s, rich)
+        prod |= p
+        need |= q
+        rank = r if rank is None else min(rank, r)
+    for o in item.outputs:
+        prod.add(("form", o.form))
+        need.add(("form", rich.forms[o.form].source))
+        rank = rich.rank[o.form] if rank is None else min(rank, rich.rank[o.form])
+    return prod, need - prod, rank if rank is not None else 0
+
+
+def well_formed(sched: OrderedSchedule) -> None:
+    """Raise ScheduleError naming the first violated rule."""
+    rich = sched.rich
+    forms = rich.forms
+    n = len(forms)
+    built: dict[tuple[int, int], tuple] = {}
+    escapes: dict[int, tuple] = {}
+    done: set = set()
+
+    def walk(block: ScopeBlock, path: tuple) -> None:
+        sibs = [s.path_item for s in block.steps if isinstance(s, ScopeBlock)]
+        if len(set(sibs)) != len(sibs):
+            raise ScheduleError(f"block {path}: two sibling blocks over the same loop and pass")
+        for s in block.steps:
+            if isinstance(s, ScopeBlock):
+                if s.loop in {l for l, _ in path}:
+                    raise ScheduleError(f"loop L{s.loop} is nested inside itself at {path}")
+                if s.loop not in rich.loops:
+                    raise ScheduleError(f"block over unknown loop L{s.loop}")
+                walk(s, path + (s.path_item,))
+                for o in s.outputs:
+                    done.add(("form", o.form))
+                continue
+            if not 0 <= s.form < n:
+                raise ScheduleError(f"BuildStep names form f{s.form}, out of range 0..{n - 1}")
+            form = forms[s.form]
+            if form.kind is FormKind.ASSEMBLE:
+                raise ScheduleError(f"f{s.form} is assembled by a block output, not built")
+            if (s.form, s.entry) in built:
+                raise ScheduleError(f"f{s.form} (v{form.value}) is built twice: at "
+                                    f"{built[(s.form, s.entry)]} and {path}")
+            built[(s.form, s.entry)] = path
+            if tuple(l for l, _ in path) != form.scope:
+                raise ScheduleError(f"f{s.form} (v{form.value}) is built at {path} but lives in "
+                                    f"the nest {form.scope}")
+            for tok in _reads(rich, s):
+                if tok not in done:
+                    raise ScheduleError(f"f{s.form} (v{form.value}) at {path} reads {tok} "
+                                        f"before it is produced")
+            done.add(("entry", s.form, s.entry) if s.entry >= 0 else ("form", s.form))
+            if s.entry == 0:
+                done.add(("form", s.form))
+        for o in block.outputs:
+            if not 0 <= o.form < n or forms[o.form].kind is not FormKind.ASSEMBLE:
+                raise ScheduleError(f"output f{o.form} of block {path} is not an assembled form")
+            form = forms[o.form]
+            if form.via != block.loop:
+                raise ScheduleError(f"f{o.form} assembles loop L{form.via} but is an output of "
+                                    f"the block over L{block.loop}")
+            if ("form", form.source) not in done:
+                raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
+                                    f" are never built inside the block")
+            escapes[o.form] = path
+
+    walk(sched.root, ())
+    for form in forms:
+        if form.kind is FormKind.SUM:
+            missing = [k for k in range(len(form.operands)) if (form.id, k) not in built]
+        elif form.kind is FormKind.ASSEMBLE:
+            missing = [] if ("form", form.id) in done else [0]
+        else:
+            missing = [] if (form.id, -1) in built else [0]
+        if missing:
+            raise ScheduleError(f"f{form.id} (v{form.value}) is never produced")
+    for fid, path in escapes.items():
+        src = forms[forms[fid].source]
+        if src.kind is FormKind.ASSEMBLE:
+            inner = escapes[src.id]
+            if inner[:-1] != path or len(inner) != len(path) + 1:
+                raise ScheduleError(f"escape chain of v{src.value} is broken: f{src.id} leaves "
+                                    f"{inner} but f{fid} forwards it from {path}")

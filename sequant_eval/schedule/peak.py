@@ -1,0 +1,210 @@
+"""Static peak memory of an ordered schedule: footprints, liveness, sweep, replay.
+
+The schedule is laid out as static points in execution order, one iteration per block:
+a block's *open* (where the forms it assembles are allocated), its steps, one *escape*
+point per output (the batch is summed or scattered into the assembled form) and its
+*close*. A form is live from its production to its last read; a read from inside a deeper
+block keeps it live until that block closes (it is needed by every batch). Every
+iteration of a block repeats the same pattern at full block extent (the last batch is only
+smaller), so the largest sum of live footprints over these points is the run's peak.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from math import prod
+
+from ..forest.values import Forest
+from .forms import Form, FormKind
+from .ordered import BuildStep, OrderedSchedule, ScopeBlock
+
+__all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness",
+           "peak_profile_sweep", "peak_profile_replay", "footprint"]
+
+
+@dataclass(frozen=True)
+class Point:
+    kind: str            # open | build | escape | close
+    path: tuple          # block path ((loop, pass), ...)
+    form: int = -1       # build/escape: the form built or assembled
+    entry: int = -1      # build of a sum entry
+
+
+@dataclass(frozen=True)
+class Liveness:
+    form: int
+    footprint: int       # bytes, sliced modes at block extent
+    first: int           # first static point it is live at (inclusive)
+    last: int            # last static point it is live at (inclusive)
+
+
+@dataclass(frozen=True)
+class PeakProfile:
+    peak_bytes: int
+    binding_point: int
+    live_at_binding: tuple[int, ...]
+
+    def dump(self) -> str:
+        live = ",".join(f"f{f}" for f in self.live_at_binding)
+        return f"peak {self.peak_bytes} B at point {self.binding_point} (live {live})\n"
+
+
+def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> int:
+    shape = list(shapes[form.value])
+    for pos, lid in form.sliced:
+        shape[pos] = min(loops[lid].block, shape[pos])
+    return prod(shape) * itemsize
+
+
+def schedule_points(sched: OrderedSchedule) -> list[Point]:
+    points: list[Point] = []
+
+    def visit(block: ScopeBlock, path: tuple) -> None:
+        if path:
+            points.append(Point("open", path))
+        for s in block.steps:
+            if isinstance(s, ScopeBlock):
+                visit(s, path + (s.path_item,))
+            else:
+                points.append(Point("build", path, s.form, s.entry))
+        if path:
+            for o in block.outputs:
+                points.append(Point("escape", path, o.form))
+            points.append(Point("close", path))
+
+    visit(sched.root, ())
+    return points
+
+
+def _reads_of(p: Point, sched: OrderedSchedule) -> list[int]:
+    forms = sched.forms
+    if p.kind == "build":
+        form = forms[p.form]
+        if p.entry >= 0:
+            return [form.operands[p.entry]]
+        return list(form.operands)
+    if p.kind == "escape":
+        return [forms[p.form].source]
+    return []
+
+
+def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
+    """Points where a sum's first entry takes over the entry's buffer (as the walk does)."""
+    forms = sched.forms
+    last: dict[int, int] = {}
+    for k, p in enumerate(points):
+        for r in _reads_of(p, sched):
+            last[r] = k
+    out = set()
+    for k, p in enumerate(points):
+        if p.kind == "build" and p.entry == 0:
+            src = forms[forms[p.form].operands[0]]
+            perm = forest.values[forms[p.form].value].entries[0].perm
+            if (last[src.id] == k and src.kind is not FormKind.LEAF and not src.scope
+                    and perm == tuple(range(len(perm)))):
+                out.add(k)
+    return out
+
+
+def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
+             points: list[Point] | None = None) -> list[Liveness]:
+    points = schedule_points(sched) if points is None else points
+    forms = sched.forms
+    start: dict[int, int] = {}
+    end: dict[int, int] = {}
+    close_of: dict[tuple, int] = {}
+    for k, p in enumerate(points):
+        if p.kind == "close":
+            close_of[p.path] = k
+    depth_of = {f.id: len(f.scope) for f in forms}
+    for k, p in enumerate(points):
+        if p.kind == "open":
+            for o in _outputs_at(sched, p.path):
+                start[o] = k
+        elif p.kind == "build" and p.entry <= 0:
+            start.setdefault(p.form, k)
+        for r in _reads_of(p, sched):
+            d = depth_of[r]
+            at = k if len(p.path) <= d else close_of[p.path[: d + 1]]
+            end[r] = max(end.get(r, -1), at)
+    for k in moves(sched, forest, points):
+        src = forms[points[k].form].operands[0]
+        end[src] = k - 1
+    final = len(points) - 1
+    return [Liveness(f.id, footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
+                     end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
+            for f in forms]
+
+
+def _outputs_at(sched: OrderedSchedule, path: tuple) -> list[int]:
+    block = sched.root
+    for item in path:
+        block = next(s for s in block.steps if isinstance(s, ScopeBlock) and s.path_item == item)
+    return [o.form for o in block.outputs]
+
+
+def peak_profile_sweep(cells: list[Liveness], num_points: int) -> PeakProfile:
+    """Interval-event sweep: +footprint at ``first``, -footprint after ``last``."""
+    delta = [0] * (num_points + 1)
+    for c in cells:
+        delta[c.first] += c.footprint
+        delta[c.last + 1] -= c.footprint
+    live = best = 0
+    at = 0
+    for k in range(num_points):
+        live += delta[k]
+        if live > best:
+            best, at = live, k
+    return PeakProfile(best, at, tuple(sorted(c.form for c in cells if c.first <= at <= c.last)))
+
+
+def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
+                        itemsize: int = 8) -> PeakProfile:
+    """Independent oracle: replay the schedule, allocating and freeing by read counts.
+
+    Reads are counted per static reader; a read from a deeper block is settled when that
+    block closes. It does not use the interval table of ``liveness``.
+    """
+    points = schedule_points(sched)
+    forms = sched.forms
+    remaining: dict[int, int] = defaultdict(int)
+    for p in points:
+        for r in _reads_of(p, sched):
+            remaining[r] += 1
+    moved = moves(sched, forest, points)
+    size = {f.id: footprint(f, forest, shapes, sched.loops, itemsize) for f in forms}
+    live: dict[int, int] = {}
+    pending: dict[tuple, list[int]] = defaultdict(list)
+    best, at, snapshot = 0, 0, ()
+    for k, p in enumerate(points):
+        freed: list[int] = []
+        if p.kind == "open":
+            for o in _outputs_at(sched, p.path):
+                live[o] = size[o]
+        elif p.kind == "build" and p.entry <= 0 and p.form not in live:
+            live[p.form] = size[p.form]
+        if k in moved:
+            src = forms[p.form].operands[0]
+            live.pop(src)
+            remaining[src] -= 1
+        for r in _reads_of(p, sched):
+            if k in moved and r == forms[p.form].operands[0]:
+                continue
+            if len(p.path) > len(forms[r].scope):
+                pending[p.path[: len(forms[r].scope) + 1]].append(r)
+            else:
+                remaining[r] -= 1
+                if remaining[r] == 0:
+                    freed.append(r)
+        if p.kind == "close":
+            for r in pending.pop(p.path, []):
+                remaining[r] -= 1
+                if remaining[r] == 0:
+                    freed.append(r)
+        total = sum(live.values())
+        if total > best:
+            best, at, snapshot = total, k, tuple(sorted(live))
+        for r in freed:
+            if forms[r].kind is not FormKind.SUM:
+                live.pop(r, None)
+    return PeakProfile(best, at, snapshot)
