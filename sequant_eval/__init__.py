@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from .api import Evaluator, Report, analyze, evaluate
+from .plan import BatchPolicy, Loop, LoopKind
 from .errors import (ExpressionError, InfeasibleBudget, MissingTensor, ParseError,
                      ScheduleError, SequantEvalError, ShapeMismatch, UnknownSpace,
                      UnsupportedFeature)
@@ -16,7 +17,8 @@ from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
 __version__ = "0.1.0"
 
 __all__ = [
-    "parse", "to_text", "evaluate", "analyze", "Evaluator", "Report",
+    "parse", "to_text", "evaluate", "analyze", "Evaluator", "Report", "BatchPolicy", "Loop",
+    "LoopKind",
     "Equation", "Index", "Operator", "Product", "Tensor",
     "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",
     "UnknownSpace", "InfeasibleBudget", "ScheduleError", "UnsupportedFeature",

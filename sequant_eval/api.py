@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import SequantEvalError, UnknownSpace
+from .errors import SequantEvalError, UnsupportedFeature
 from .expr import Equation, check_extents, parse
 from .forest import Forest, build_forest
+from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .runtime import Meter, Program, TensorSource, compile_program, execute, get_backend
+from .schedule import ScheduleAnalysis, analyze_schedule
+from .schedule.analysis import term_peak
 
-__all__ = ["Evaluator", "Report", "evaluate", "analyze"]
+__all__ = ["Evaluator", "Report", "evaluate", "analyze", "resolve_policy"]
 
 
 def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, ...]:
@@ -25,58 +28,79 @@ def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, .
     return out
 
 
-def _check_budget(budget) -> None:
-    if budget is not None and budget != float("inf"):
-        raise SequantEvalError(
-            "batched evaluation under a finite budget is not available yet; pass budget=None")
+def resolve_policy(budget, policy: BatchPolicy | None,
+                   extents: Mapping[str, int]) -> BatchPolicy | None:
+    """The policy in force: ``budget`` overrides the policy's own; with a budget and no
+    policy every space is batchable in both roles. ``None`` means: unbatched."""
+    if policy is None:
+        return None if budget is None else BatchPolicy.everything(budget, extents)
+    return policy if budget is None else replace(policy, budget=budget)
 
 
 @dataclass(frozen=True)
 class Report:
-    """What a dry run of the evaluation predicts: peak memory, where it is reached, flops."""
+    """What a dry run predicts: peak memory, where it is reached, flops, loops."""
 
     peak_bytes: int
     flops: int
-    meter: Meter
-    program: Program
+    unbatched_flops: int
+    binding_point: int
+    live_at_binding: tuple[int, ...]
+    loops: tuple[Loop, ...]
+    forest: Forest
+    schedule: ScheduleAnalysis | None = None
+    meter: Meter | None = None
+    program: Program | None = None
 
     @property
-    def binding_point(self) -> int:
-        return self.meter.peak_step
-
-    @property
-    def live_at_binding(self) -> tuple[int, ...]:
-        return self.meter.live_at_peak
+    def recompute_overhead(self) -> float:
+        """Flops relative to the unbatched evaluation (1.0 = no recompute)."""
+        return self.flops / self.unbatched_flops if self.unbatched_flops else 1.0
 
     def dump(self) -> str:
-        from .report.text import format_bytes
+        from .report.text import format_bytes, format_flops
 
-        forest = self.program.forest
-        live = ", ".join(
-            f"v{v} ({','.join(forest.values[v].spaces)}) {format_bytes(self.program.value_bytes(v))}"
-            for v in self.live_at_binding)
-        return (f"peak {format_bytes(self.peak_bytes)} ({self.peak_bytes} B) at step "
-                f"{self.binding_point}; live there: {live}\n"
-                f"flops {self.flops:.4g}; {forest.binary_contractions} binary contractions, "
-                f"{forest.distinct_contractions} distinct after interning\n")
+        lines = [f"peak {format_bytes(self.peak_bytes)} ({self.peak_bytes} B) at point "
+                 f"{self.binding_point}",
+                 f"flops {format_flops(self.flops)} ({self.flops}); recompute overhead "
+                 f"{self.recompute_overhead:.4f}x vs unbatched",
+                 f"forest: {self.forest.binary_contractions} binary contractions -> "
+                 f"{self.forest.distinct_contractions} distinct values"]
+        lines += [f"  {lp}" for lp in self.loops]
+        if self.schedule is not None:
+            forms = self.schedule.rich.forms
+            live = ", ".join(f"f{f}=v{forms[f].value}" for f in self.live_at_binding)
+        else:
+            live = ", ".join(f"v{v}" for v in self.live_at_binding)
+        lines.append(f"live at the peak: {live}")
+        return "\n".join(lines) + "\n"
 
 
 class Evaluator:
     """Equations compiled once for given extents; evaluate many times (e.g. CC iterations)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
-                 budget: float | None = None) -> None:
-        _check_budget(budget)
+                 budget=None, policy: BatchPolicy | None = None) -> None:
         self.equations = _as_equations(eqs)
         self.extents = check_extents(extents)
+        self.policy = resolve_policy(budget, policy, self.extents)
         self.program = _compile(self.equations, tuple(self.extents.items()))
 
     @property
     def forest(self) -> Forest:
         return self.program.forest
 
+    def plan(self) -> BatchPlan:
+        policy = self.policy or BatchPolicy()
+        checker = term_peak(self.forest, BatchPlan(policy, self.extents, (), ()))
+        return plan_forest(self.forest, self.extents, policy, exact=checker)
+
     def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
                  return_meter: bool = False):
+        if self.policy is not None and self.policy.finite:
+            raise UnsupportedFeature(
+                "batched execution under a finite budget is not implemented yet; "
+                "se.analyze gives the planned schedule and its predicted peak")
         be = get_backend(backend)
         source = TensorSource(self.forest, tensors, self.extents)
         results, meter = execute(self.program, be, source)
@@ -86,7 +110,14 @@ class Evaluator:
         from .runtime import DryRunBackend
 
         _, meter = execute(self.program, DryRunBackend(itemsize))
-        return Report(meter.peak_bytes, meter.flops, meter, self.program)
+        if self.policy is None:
+            return Report(meter.peak_bytes, meter.flops, meter.flops, meter.peak_step,
+                          meter.live_at_peak, (), self.forest, meter=meter,
+                          program=self.program)
+        a = analyze_schedule(self.forest, self.plan())
+        return Report(a.peak_bytes, a.flops, meter.flops, a.profile.binding_point,
+                      a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
+                      self.forest, schedule=a, program=self.program)
 
 
 @lru_cache(maxsize=16)
@@ -95,11 +126,12 @@ def _compile(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ..
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
-             budget: float | None = None, backend: str = "numpy"):
+             budget=None, backend: str = "numpy", policy: BatchPolicy | None = None):
     """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order)."""
-    return Evaluator(eqs, extents, budget).evaluate(tensors, backend)
+    return Evaluator(eqs, extents, budget, policy).evaluate(tensors, backend)
 
 
-def analyze(eqs, extents: Mapping[str, int], budget: float | None = None) -> Report:
-    """Dry run: peak bytes, where it is reached and flops, without touching any array."""
-    return Evaluator(eqs, extents, budget).analyze()
+def analyze(eqs, extents: Mapping[str, int], budget=None,
+            policy: BatchPolicy | None = None) -> Report:
+    """Dry run: peak bytes, where it is reached, flops and loops, without any array."""
+    return Evaluator(eqs, extents, budget, policy).analyze()

@@ -141,3 +141,26 @@ def plan_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
             f"plan {format_bytes(need)} ({need} B): {worst[1]} needs "
             f"{format_bytes(worst[0])} even batched", budget, need)
     return BatchPlan(policy, dict(extents), tuple(terms), tuple(loops))
+
+
+def stamp_plan(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
+               stamps: Mapping[int, Mapping[int, tuple[tuple[Open, ...], int]]]) -> BatchPlan:
+    """A hand-stamped plan: ``stamps[term value][node] = (opens, first child)``.
+
+    For fixtures and experiments: the loops are taken as given (no DP, no budget check);
+    unstamped nodes open nothing and keep the unbatched child order.
+    """
+    sizer = Sizer(extents, policy)
+    terms, loops = [], []
+    for value in sorted(forest.trees):
+        tree = forest.trees[value]
+        dp = TermDP(tree, sizer, policy)
+        config = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
+                  if node.children}
+        base = dp.profile_of(config)
+        config.update(stamps.get(value, {}))
+        prof = dp.profile_of(config)
+        tp, new = _term_plan(value, tree, config, sizer, prof, base.flops, prof.peak, len(loops))
+        terms.append(tp)
+        loops.extend(new)
+    return BatchPlan(policy, dict(extents), tuple(terms), tuple(loops))

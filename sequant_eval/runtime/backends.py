@@ -2,17 +2,9 @@
 
 Both receive exactly the same calls from the same walk; the dry run's arrays are shapes, so
 its memory meter and flop count are those of the real run by construction.
-
-The NumPy backend hands GEMMs to BLAS (which threads itself) and splits the memory-bound
-element-wise work -- transposing copies, permuted accumulation, broadcast products -- into
-slabs of the destination's first axis run on a small thread pool (NumPy releases the GIL in
-these loops). Each element is computed by the same operation whatever the split, so results
-do not depend on the number of threads.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
 
@@ -23,88 +15,24 @@ from .kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan
 
 __all__ = ["NumpyBackend", "DryRunBackend", "DryArray", "get_backend"]
 
-_PARALLEL_MIN_ELEMENTS = 1 << 16     # below this, thread hand-off costs more than it saves
-_pool: ThreadPoolExecutor | None = None
+
+def _strided(x: np.ndarray, view: ArrayView) -> np.ndarray:
+    """The contiguous array ``x`` seen through the plan's shape and element strides."""
+    size = x.itemsize
+    return np.ndarray(view.shape, x.dtype, x, 0, tuple(s * size for s in view.strides))
 
 
-def _available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def _slabs(fn, out: np.ndarray, *args, threads: int) -> None:
-    """``fn(out_part, *arg_parts)`` over slabs of axis 0 of ``out``, on ``threads`` threads.
-
-    ``fn`` must be element-wise; array arguments have ``out``'s shape (broadcast views do).
-    """
-    n = min(threads, out.shape[0] if out.ndim else 1)
-    if n < 2 or out.size < _PARALLEL_MIN_ELEMENTS:
-        fn(out, *args)
-        return
-    global _pool
-    if _pool is None or _pool._max_workers < n - 1:
-        _pool = ThreadPoolExecutor(max_workers=n - 1, thread_name_prefix="sequant-eval")
-    edges = [out.shape[0] * k // n for k in range(n + 1)]
-
-    def part(k: int):
-        sl = slice(edges[k], edges[k + 1])
-        return fn(out[sl], *(a[sl] if isinstance(a, np.ndarray) else a for a in args))
-
-    futures = [_pool.submit(part, k) for k in range(1, n)]
-    part(0)
-    for f in futures:
-        f.result()
-
-
-def _copy(dst, src) -> None:
-    np.copyto(dst, src)
-
-
-def _add(dst, src) -> None:
-    np.add(dst, src, out=dst)
-
-
-def _subtract(dst, src) -> None:
-    np.subtract(dst, src, out=dst)
-
-
-def _add_scaled(dst, src, coeff) -> None:
-    dst += coeff * src      # the temporary is one slab, not the whole array
-
-
-def _scale(dst, src, coeff) -> None:
-    np.multiply(src, coeff, out=dst)
-
-
-def _multiply(dst, a, b) -> None:
-    np.multiply(a, b, out=dst)
+def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
+    """An operand (or its planned transposed copy) as the plan's strided view."""
+    if view.perm is not None:
+        x = np.ascontiguousarray(x.transpose(view.perm))
+    elif not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    return _strided(x, view)
 
 
 class NumpyBackend:
-    """Real arrays; ``threads`` (default: the cores this process may use) for element-wise work."""
-
     name = "numpy"
-
-    def __init__(self, threads: int | None = None) -> None:
-        self.threads = max(1, threads if threads is not None else _available_cores())
-
-    def _transposed(self, x: np.ndarray, perm: tuple[int, ...]) -> np.ndarray:
-        """A contiguous copy of ``x.transpose(perm)``."""
-        view = x.transpose(perm)
-        out = np.empty(view.shape, x.dtype)
-        _slabs(_copy, out, view, threads=self.threads)
-        return out
-
-    def _view(self, x: np.ndarray, view: ArrayView) -> np.ndarray:
-        """``x`` (or its planned transposed copy) seen through the plan's shape and strides."""
-        if view.perm is not None:
-            x = self._transposed(x, view.perm)
-        elif not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        size = x.itemsize
-        return np.ndarray(view.shape, x.dtype, x, 0, tuple(s * size for s in view.strides))
 
     def fetch(self, source, vid: int):
         return source.fetch(vid)
@@ -120,37 +48,36 @@ class NumpyBackend:
             a, b = a.astype(dtype), b.astype(dtype)
         out = np.empty(plan.out_shape, dtype)
         if kind == MULTIPLY:
-            _slabs(_multiply, out, self._view(a, plan.left), self._view(b, plan.right),
-                   threads=self.threads)
+            np.multiply(_operand(a, plan.left), _operand(b, plan.right), out=out)
             return out
-        z = plan.out
-        if z.perm is None:
-            np.matmul(self._view(a, plan.left), self._view(b, plan.right),
-                      out=self._view(out, z))
-        else:  # computed in the planned order, transposed into place
-            tmp = np.empty(z.buffer_shape, dtype)
-            np.matmul(self._view(a, plan.left), self._view(b, plan.right),
-                      out=np.ndarray(z.shape, dtype, tmp, 0,
-                                     tuple(s * tmp.itemsize for s in z.strides)))
-            _slabs(_copy, out, tmp.transpose(z.perm), threads=self.threads)
+        x, y, z = _operand(a, plan.left), _operand(b, plan.right), plan.out
+        if z.perm is None and not plan.reduce:
+            np.matmul(x, y, out=_strided(out, z))
+            return out
+        tmp = np.empty(z.buffer_shape, dtype)
+        np.matmul(x, y, out=_strided(tmp, z))
+        if plan.reduce:  # partial products over the split contracted modes
+            np.sum(tmp.reshape(-1, out.size), axis=0, out=out.reshape(-1))
+        else:            # computed in the planned order, transposed into place
+            np.copyto(out, tmp.transpose(z.perm))
         return out
 
     def accumulate(self, target, src, coeff: float, perm: tuple[int, ...], move: bool):
         if move:  # the sum takes over src's buffer
             if coeff != 1.0:
-                _slabs(_scale, src, src, coeff, threads=self.threads)
+                src *= coeff
             return src
         view = src if perm == tuple(range(len(perm))) else src.transpose(perm)
         if target is None:
             out = np.empty(view.shape, dtype=view.dtype)
-            _slabs(_scale, out, view, coeff, threads=self.threads)
+            np.multiply(view, coeff, out=out)
             return out
         if coeff == 1.0:
-            _slabs(_add, target, view, threads=self.threads)
+            target += view
         elif coeff == -1.0:
-            _slabs(_subtract, target, view, threads=self.threads)
+            target -= view
         else:
-            _slabs(_add_scaled, target, view, coeff, threads=self.threads)
+            target += coeff * view
         return target
 
     def zeros(self, shape: tuple[int, ...]):

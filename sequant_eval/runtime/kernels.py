@@ -40,6 +40,8 @@ _GEMV_FLOPS_PER_US = 25e3     # matrix-vector (memory bound)
 _HALF_RATE_EXTENT = 20.0      # a GEMM side this long runs at about half the large rate
 _STORE_US = 1e-4              # per result element written by a GEMM call
 _COPY_US = 1.5e-3             # per element of a transposing copy (allocation included)
+_REDUCE_US = 1.0e-3           # per element of a partial-product temporary (write, then sum)
+_STRIDED_US = 4e-3            # per element of a vector read with a non-unit stride (a cache line)
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,9 @@ class ArrayView:
 
     For an operand the buffer is the operand itself, or, when ``perm`` is set, the contiguous
     copy ``operand.transpose(perm)``. For the result the buffer is the result, or, when
-    ``perm`` is set, a temporary of shape ``buffer_shape`` that is copied into the result as
-    ``temporary.transpose(perm)`` afterwards.
+    ``buffer_shape`` is set, a temporary of that shape, afterwards either copied into the
+    result as ``temporary.transpose(perm)`` or (split contractions) summed over its leading
+    axes.
     """
 
     shape: tuple[int, ...]
@@ -76,6 +79,7 @@ class ContractPlan:
     flops: int                         # 2 · multiply-adds
     gemm: tuple[int, int, int, int] = (0, 0, 0, 0)   # GEMM: batch, m, n, k
     cost_us: float = 0.0               # the model's estimate for the chosen plan
+    reduce: int = 0                    # GEMM: leading axes of ``out``'s temporary summed away
 
     def dump(self) -> str:
         """One line: kind, GEMM shape and which arrays are copied."""
@@ -84,8 +88,9 @@ class ContractPlan:
         b, m, n, k = self.gemm
         copied = [name for name, v in (("left", self.left), ("right", self.right),
                                        ("out", self.out)) if v.copies]
+        split = f" split {self.reduce}" if self.reduce else ""
         return (f"v{self.value} gemm {b}x({m}x{k})·({k}x{n}) copy "
-                f"{','.join(copied) or 'none'} ~{self.cost_us:.0f}us")
+                f"{','.join(copied) or 'none'}{split} ~{self.cost_us:.0f}us")
 
 
 def gemm_time_us(m: int, n: int, k: int) -> float:
@@ -235,27 +240,53 @@ def plan_contraction(value: Value, left: Value, right: Value,
     best = None
     for rows in _orders((la, lr), free_a):
         for cols in _orders((lb, lr), free_b):
-            batch = [m for m in lr.order if m not in rows and m not in cols]
-            nbatch = prod(extent[m] for m in batch)
-            m_, n_ = prod(extent[x] for x in rows), prod(extent[x] for x in cols)
             for ks in _orders((la, lb), contracted):
-                if set(ks) != contracted:
-                    continue
-                k_ = prod(extent[x] for x in ks)
-                cost = nbatch * gemm_time_us(m_, n_, k_)
-                xa = _matrix_view(la, batch, rows, ks, extent)
-                if xa is None:
-                    xa = _copied_view(la, batch, rows, ks, extent, False)
-                    cost += _COPY_US * la.size
-                xb = _matrix_view(lb, batch, ks, cols, extent)
-                if xb is None:
-                    xb = _copied_view(lb, batch, ks, cols, extent, False)
-                    cost += _COPY_US * lb.size
-                xz = _matrix_view(lr, batch, rows, cols, extent)
-                if xz is None:
-                    xz = _copied_view(lr, batch, rows, cols, extent, True)
-                    cost += _COPY_US * lr.size
-                if best is None or cost < best[0]:
-                    best = (cost, xa, xb, xz, (nbatch, m_, n_, k_))
-    cost, xa, xb, xz, shape = best
-    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, None, flops, shape, cost)
+                if ks:
+                    found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent)
+                    if found is not None and (best is None or found[0] < best[0]):
+                        best = found
+    cost, xa, xb, xz, shape, reduce = best
+    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, None, flops, shape, cost,
+                        reduce)
+
+
+def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...],
+                    cols: tuple[int, ...], ks: tuple[int, ...], contracted: set[int],
+                    extent: dict[int, int]):
+    """Cost and views of one grouping; None if it is not allowed.
+
+    Contracted modes outside ``ks`` are *split*: they become batch modes of a temporary
+    that holds one partial product per value of theirs and is then summed. That replaces a
+    copy of a big operand whose contracted modes are not adjacent (a matrix-vector product
+    with a small tensor, typically) by more, smaller BLAS calls.
+    """
+    split = tuple(m for m in la.order if m in contracted and m not in ks)
+    batch = [*split, *(m for m in lr.order if m not in rows and m not in cols)]
+    nbatch = prod(extent[m] for m in batch)
+    m_, n_, k_ = (prod(extent[x] for x in g) for g in (rows, cols, ks))
+    cost = nbatch * gemm_time_us(m_, n_, k_)
+    xa = _matrix_view(la, batch, rows, ks, extent)
+    if xa is None:
+        xa = _copied_view(la, batch, rows, ks, extent, False)
+        cost += _COPY_US * la.size
+    xb = _matrix_view(lb, batch, ks, cols, extent)
+    if xb is None:
+        xb = _copied_view(lb, batch, ks, cols, extent, False)
+        cost += _COPY_US * lb.size
+    if m_ == 1 and xa.strides[-1] != 1:   # a vector operand read across cache lines
+        cost += nbatch * k_ * _STRIDED_US
+    if n_ == 1 and xb.strides[-2] != 1:
+        cost += nbatch * k_ * _STRIDED_US
+    if split:  # the temporary: split modes first, then the result's layout
+        partial = _Layout((*split, *lr.modes), extent)
+        xz = _matrix_view(partial, batch, rows, cols, extent)
+        if xz is None:
+            return None
+        xz = ArrayView(xz.shape, xz.strides, None, tuple(extent[m] for m in partial.modes))
+        cost += _REDUCE_US * partial.size
+    else:
+        xz = _matrix_view(lr, batch, rows, cols, extent)
+        if xz is None:
+            xz = _copied_view(lr, batch, rows, cols, extent, True)
+            cost += _COPY_US * lr.size
+    return cost, xa, xb, xz, (nbatch, m_, n_, k_), len(split)

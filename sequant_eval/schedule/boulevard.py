@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop, LoopKind
 from ..plan.planner import BatchPlan
@@ -174,6 +175,18 @@ def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
                     uf = trial
                     break
             seen[_shape(form)].append(form)
+    rich = _finish(forest, forms, terms, loops, uf)
+    try:
+        from .ordered import form_paths
+        form_paths(rich)
+    except ScheduleError:
+        # a fusion left a reader in a later pass than a per-batch form it needs:
+        # fall back to unfused loops, which never need passes
+        rich = _finish(forest, forms, terms, loops, _UnionFind(l.id for l in loops))
+    return rich
+
+
+def _finish(forest: Forest, forms: list[Form], terms, loops, uf: _UnionFind) -> RichSchedule:
     canon, cforms = _canonical(forms, uf)
     alive = {uf.find(l.id) for l in loops}
     return _with_points(forest, cforms, {l: loops[l] for l in sorted(alive)},

@@ -1,0 +1,155 @@
+"""The worked examples of the reference digest (§2), as block structures and roles.
+
+Each fixture states its oracle: the structure the reference's worked example derives by hand.
+Where the example needs a particular loop choice it is hand-stamped (as the reference's own
+fixtures are); otherwise the DP chooses under a budget.
+"""
+from __future__ import annotations
+
+import pytest
+
+from sequant_eval.plan import BatchPolicy
+from sequant_eval.schedule import FormKind, OutputKind
+from sequant_eval.schedule.legality import Role
+from sequant_eval.schedule.peak import peak_profile_replay
+
+from .helpers import blocks, forms_of, planned, roles, shape, stamped
+
+
+def test_ex1_plain_contracted_batching():
+    """R(a,i) = Σ_k X(a,k) Y(k,i), k contracted-batchable under a tight budget: one {k:C}
+    block, R leaves it as an AccumulateSum, X and Y are read sliced (LoopLocal)."""
+    ext = {"a": 4, "i": 4, "k": 64}
+    text = "R{a_1;i_1} = X{a_1;k_1} * Y{k_1;i_1}"
+    unbatched = planned(text, ext, BatchPolicy()).peak_bytes
+    a = planned(text, ext, BatchPolicy(budget=unbatched // 2, contracted={"k"}, block={"k": 8}))
+    assert a.peak_bytes < unbatched
+    (blk,) = blocks(a)
+    assert shape(blk) == ("k:C", [], ["sum"])
+    r = roles(a)
+    (rform,) = forms_of(a, FormKind.CONTRACT)
+    assert r.cells[rform.id].role(blk.loop) is Role.REDUCTION
+    for leaf in forms_of(a, FormKind.LEAF):
+        assert r.cells[leaf.id].role(blk.loop) is Role.LOOP_LOCAL
+
+
+def test_ex2_intermediate_inside_and_invariant_hoisted():
+    """R = Σ_{k,p} W(a,k,p) Z(k,p,i) with W = X·V and V = U·Q: W is built per batch inside
+    {k:C} (LoopLocal), U does not carry k and is built once at the root (LoopInvariant)."""
+    ext = {"a": 2, "i": 8, "k": 32, "p": 6}
+    text = "R{a_1;i_1} = X{a_1;k_1,p_1} * U{p_1;p_2} * Q{p_2;p_3} * Z{k_1,p_3;i_1}"
+    unbatched = planned(text, ext, BatchPolicy()).peak_bytes
+    a = planned(text, ext, BatchPolicy(budget=unbatched // 2, contracted={"k"}, block={"k": 4}))
+    (blk,) = blocks(a)
+    assert shape(blk) == ("k:C", [], ["sum"])
+    r = roles(a)
+    values = a.forest.values
+    u = next(f for f in forms_of(a, FormKind.CONTRACT)
+             if {values[o].tensor for o in values[f.value].children} == {"U", "Q"})
+    assert u.scope == ()
+    assert r.cells[u.id].role(blk.loop) is Role.LOOP_INVARIANT
+    root_steps = [s for s in a.ordered.root.steps if not hasattr(s, "loop")]
+    assert sum(1 for s in root_steps if s.form == u.id) == 1       # built exactly once
+    assert a.ordered.root.steps.index(blk) > [getattr(s, "form", None)
+                                              for s in a.ordered.root.steps].index(u.id)
+    w = next(f for f in forms_of(a, FormKind.CONTRACT) if f.operands and u.id in f.operands)
+    assert w.scope == (blk.loop,) and r.cells[w.id].role(blk.loop) is Role.LOOP_LOCAL
+
+
+def test_ex3_external_batching_scatters():
+    """R(a,i) = Σ X(a,k,p) Z(k,p,i), i external-batchable: R is LoopCarried and scatters out
+    of {i:E}; Z is read sliced (LoopLocal); X is read whole by every batch (LoopInvariant)."""
+    ext = {"a": 4, "i": 64, "k": 4, "p": 4}
+    text = "R{a_1;i_1} = X{a_1;k_1,p_1} * Z{k_1,p_1;i_1}"
+    unbatched = planned(text, ext, BatchPolicy()).peak_bytes
+    a = planned(text, ext, BatchPolicy(budget=unbatched // 2, external={"i"}, block={"i": 8}))
+    (blk,) = blocks(a)
+    assert shape(blk) == ("i:E", [], ["scatter"])
+    r = roles(a)
+    (rform,) = forms_of(a, FormKind.CONTRACT)
+    assert r.cells[rform.id].role(blk.loop) is Role.LOOP_CARRIED
+    assert r.cells[rform.id].forced_split_axes == (blk.loop,)
+    (z,) = forms_of(a, FormKind.LEAF, "Z")
+    (x,) = forms_of(a, FormKind.LEAF, "X")
+    assert r.cells[z.id].role(blk.loop) is Role.LOOP_LOCAL
+    assert x.scope == () and r.cells[x.id].role(blk.loop) is Role.LOOP_INVARIANT
+
+
+def test_ex4_mixed_open_escape_chain():
+    """R(i,j) = Σ_k M(i,k) N(k,j) with i, j external and k contracted opened at one node in
+    the order external > contracted > external: R is built in the innermost block and its
+    escape chain is scatter (j) → sum (k) → scatter (i)."""
+    ext = {"i": 8}
+    text = "R{i_1;i_2} = M{i_1;i_3} * N{i_3;i_2}"
+    policy = BatchPolicy(block={"i": 4})
+    a = stamped(text, ext, policy, {0: [("i_1", "E"), ("i_3", "C"), ("i_2", "E")]})
+    (outer,) = [b for b in a.ordered.root.steps if hasattr(b, "loop")]
+    assert shape(outer) == ("i:E", [("i:C", [("i:E", [], ["scatter"])], ["sum"])], ["scatter"])
+    inner = outer.steps[-1].steps[-1]
+    (rform,) = forms_of(a, FormKind.CONTRACT)
+    assert any(getattr(s, "form", None) == rform.id for s in inner.steps)
+    r = roles(a)
+    loops = [outer.loop, outer.steps[-1].loop, inner.loop]
+    assert [r.cells[rform.id].role(l) for l in loops] == [
+        Role.LOOP_CARRIED, Role.REDUCTION, Role.LOOP_CARRIED]
+    assert len(forms_of(a, FormKind.ASSEMBLE)) == 3   # produced once, forwarded twice
+
+
+def test_ex5_loop_carried_outer_product():
+    """B(i3,i4) = V(i3) V(i4), both indices external and batched: B is LoopCarried on both
+    loops and both land in forced_split_axes; V is read as two differently sliced forms."""
+    ext = {"i": 8}
+    a = stamped("B{i_3;i_4} = V{i_3} * V{i_4}", ext, BatchPolicy(block={"i": 2}),
+                {0: [("i_3", "E"), ("i_4", "E")]})
+    r = roles(a)
+    (bform,) = forms_of(a, FormKind.CONTRACT)
+    assert len(r.cells[bform.id].forced_split_axes) == 2
+    assert len(forms_of(a, FormKind.LEAF, "V")) == 2
+
+
+def test_ex7_aux_contraction_reduction_shape():
+    """Water-20 shapes with plain sizing: with Κ contracted-batchable, a Κ-contraction result
+    leaves the {Κ} block as an AccumulateSum (Reduction), Κ-carrying values are LoopLocal
+    inside {Κ}, and a consumer of the reduction that does not carry Κ is built once outside."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "data/water20/csv_ccsd_energy_df.txt").read_text()
+    import sequant_eval as se
+
+    ext = {"i": 8, "a": 12, "Κ": 160, "μ̃": 40}    # water-20's shape, scaled down
+    policy = BatchPolicy(budget=1, contracted={"Κ"}, block={"Κ": 16})
+    with pytest.raises(se.InfeasibleBudget) as info:
+        planned(text, ext, policy)
+    a = planned(text, ext, BatchPolicy(budget=info.value.minimum, contracted={"Κ"},
+                                       block={"Κ": 16}))
+    r = roles(a)
+    kblocks = [b for b in blocks(a) if b.axis == "Κ"]
+    assert kblocks and all(b.kind.value == "C" for b in kblocks)
+    assert any(o.kind is OutputKind.ACCUMULATE_SUM for b in kblocks for o in b.outputs)
+    reductions = [c for c in r.cells.values() if Role.REDUCTION in dict(c.per_axis).values()]
+    assert reductions
+    local = [c for c in r.cells.values() if Role.LOOP_LOCAL in dict(c.per_axis).values()]
+    assert any(a.forest.values[c.value].tensor == "g" for c in local)
+    readers = {rd for c in reductions for rd, _ in a.rich.readers[c.escapes[-1]]}
+    assert any(not a.rich.forms[rd].scope for rd in readers)
+    assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes).peak_bytes
+
+
+def test_ex8_shared_subterm_fuses_loops():
+    """t1 = (g·h)·(p·q), t2 = (g·h)·(r·w), x stamped Contracted at each root: the shared g·h
+    folds, so both roots' reductions are one {x} block, g·h is built once per batch inside,
+    and all outputs are AccumulateSum."""
+    ext = {"i": 4, "a": 6, "x": 12}
+    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
+            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}")
+    a = stamped(text, ext, BatchPolicy(block={"x": 4}),
+                {0: [("x_1", "C")], 1: [("x_1", "C")]})
+    (blk,) = blocks(a)
+    assert blk.kind.value == "C" and len(blk.outputs) == 2
+    assert all(o.kind is OutputKind.ACCUMULATE_SUM for o in blk.outputs)
+    values = a.forest.values
+    gh = [f for f in forms_of(a, FormKind.CONTRACT)
+          if {values[o].tensor for o in values[f.value].children} == {"g", "h"}]
+    assert len(gh) == 1 and gh[0].scope == (blk.loop,)
+    assert len(a.rich.loops) == 1 and len(a.plan.loops) == 2     # two planned, one physical
