@@ -81,30 +81,47 @@ class OrderedSchedule:
 
 
 def form_paths(rich: RichSchedule) -> list[Path]:
-    """Block path of every form: its scope loops, each with the pass it must run in."""
+    """Block path of every form: its scope loops, each with the pass it must run in.
+
+    Forward, in production order: a form reading a value completed by a block over L (an
+    assembled form via L) from inside L runs one pass later than that block; otherwise it
+    runs in the latest pass of what it reads. Backward: a form that does not escape L is
+    lifted to the earliest pass of its readers inside L, so it is built in the pass that
+    uses it. A reader in a later pass than a per-batch form it needs is refused: that form
+    would have to be materialized whole.
+    """
     forms = rich.forms
+    order = sorted(range(len(forms)), key=lambda f: rich.rank[f])
+    reads = [list(f.operands) + ([f.source] if f.source >= 0 else []) for f in forms]
+    escapes = {(forms[f].source, forms[f].via) for f in range(len(forms))
+               if forms[f].kind is FormKind.ASSEMBLE}
     passes: list[dict[int, int]] = [dict() for _ in forms]
-    for fid in sorted(range(len(forms)), key=lambda f: rich.rank[f]):
-        form = forms[fid]
-        mine = passes[fid]
-        reads = list(form.operands) + ([form.source] if form.source >= 0 else [])
-        for loop in form.scope:
+    for fid in order:
+        for loop in forms[fid].scope:
             p = 0
-            for r in reads:
+            for r in reads[fid]:
                 src = forms[r]
                 if src.kind is FormKind.ASSEMBLE and src.via == loop:
                     p = max(p, passes[src.source].get(loop, 0) + 1)
                 elif loop in src.scope:
                     p = max(p, passes[r][loop])
-            mine[loop] = p
-        for r in reads:
-            src = forms[r]
-            for loop in set(src.scope) & set(form.scope):
-                if passes[r][loop] != mine[loop]:
+            passes[fid][loop] = p
+    for fid in reversed(order):
+        for loop in forms[fid].scope:
+            if (fid, loop) in escapes:
+                continue
+            inside = [passes[rd][loop] for rd, _ in rich.readers.get(fid, ())
+                      if loop in forms[rd].scope]
+            if inside:
+                passes[fid][loop] = max(passes[fid][loop], min(inside))
+    for fid in order:
+        for r in reads[fid]:
+            for loop in set(forms[r].scope) & set(forms[fid].scope):
+                if passes[r][loop] != passes[fid][loop]:
                     raise ScheduleError(
-                        f"form f{fid} (v{form.value}) in pass {mine[loop]} of loop L{loop} "
-                        f"reads f{r}, which exists per batch only in pass {passes[r][loop]}; "
-                        f"it would have to be materialized whole")
+                        f"form f{fid} (v{forms[fid].value}) in pass {passes[fid][loop]} of loop "
+                        f"L{loop} reads f{r}, which exists per batch only in pass "
+                        f"{passes[r][loop]}; it would have to be materialized whole")
     return [tuple((l, passes[f][l]) for l in forms[f].scope) for f in range(len(forms))]
 
 
