@@ -231,7 +231,8 @@ def machine() -> dict[str, str]:
         pass
     return {
         "date": datetime.date.today().isoformat(),
-        "cpus (nproc)": str(os.cpu_count()),
+        "cpus (nproc)": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                            else os.cpu_count()),
         "cpu": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -263,6 +264,9 @@ def write_doc(rows: list[Row], dgemm: float, repeats: int) -> None:
         "- **PySCF GCCSD**: `GCCSD(mf).update_amps(t1, t2, eris)` with `eris` built once.",
         "- **naive**: each term of the same packaged equations as one `opt_einsum` expression",
         "  (optimal path found once), accumulated; flops are opt_einsum's `opt_cost` summed.",
+        "  The equations write every index permutation of a term out as its own term; naive",
+        "  computes each one, ours interns them into one value read through permutations, hence",
+        "  about half the flops.",
         "- max rel diff: ours vs naive, max |Δ| / max |ref| per equation (must be ≤ 1e-10).",
         "",
         table(rows, dgemm),

@@ -220,5 +220,7 @@ def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> F
                 slot = (inner, perm)
                 direct[slot] = direct.get(slot, Fraction(0)) + w
         roots.append(Root(eq.name, interner.sum(eq.name, spaces, direct), result))
+    used = {e.value for v in interner.values if v.kind is ValueKind.SUM for e in v.entries}
+    trees = {v: t for v, t in trees.items() if v in used}   # terms that cancelled are gone
     return Forest(tuple(interner.values), tuple(roots), interner.binary_contractions,
                   interner.leaf_users, trees)

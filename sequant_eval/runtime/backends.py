@@ -39,7 +39,7 @@ class NumpyBackend:
 
     def contract(self, plan: ContractPlan, a, b):
         kind = plan.kind
-        if kind == EINSUM:
+        if kind == EINSUM or a.dtype.hasobject or b.dtype.hasobject:
             return np.ascontiguousarray(opt_einsum.contract(plan.einsum, a, b))
         dtype = np.result_type(a, b)
         if kind == ZEROS:

@@ -16,7 +16,8 @@ to the first candidate so that planning is deterministic. The model only ranks l
 never changes what is computed, so results are exact whichever plan wins.
 
 Contractions without a contracted mode (outer and Hadamard products) are one broadcasting
-``np.multiply``; repeated labels within one operand fall back to opt_einsum.
+``np.multiply``; repeated labels within one operand, and arrays without a plain memory buffer
+(object dtype), fall back to opt_einsum.
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ class ContractPlan:
     right: ArrayView | None
     out: ArrayView | None              # GEMM: the result view (MULTIPLY: None, writes in place)
     out_shape: tuple[int, ...]
-    einsum: str | None                 # EINSUM: subscripts
+    einsum: str                        # the contraction as einsum subscripts (EINSUM runs it)
     flops: int                         # 2 · multiply-adds
     gemm: tuple[int, int, int, int] = (0, 0, 0, 0)   # GEMM: batch, m, n, k
     cost_us: float = 0.0               # the model's estimate for the chosen plan
@@ -198,23 +199,23 @@ def _orders(layouts: Sequence[_Layout], members: set[int]) -> list[tuple[int, ..
     return list(seen)
 
 
-def _einsum_plan(value: Value, extent: dict[int, int], out_shape, flops) -> ContractPlan:
+def _subscripts(value: Value, extent: dict[int, int]) -> str:
     a, b, r = value.left.modes, value.right.modes, value.result
     sym = {m: opt_einsum.get_symbol(k) for k, m in enumerate(extent)}
-    sub = (f"{''.join(sym[m] for m in a)},{''.join(sym[m] for m in b)}"
-           f"->{''.join(sym[m] for m in r)}")
-    return ContractPlan(value.id, EINSUM, None, None, None, out_shape, sub, flops)
+    return (f"{''.join(sym[m] for m in a)},{''.join(sym[m] for m in b)}"
+            f"->{''.join(sym[m] for m in r)}")
 
 
-def _multiply_plan(value: Value, extent: dict[int, int], out_shape, flops) -> ContractPlan:
+def _multiply_plan(value: Value, extent: dict[int, int], out_shape, flops,
+                   subscripts: str) -> ContractPlan:
     """No contracted mode: each operand broadcast to the result's shape (stride 0 where absent)."""
     r = value.result
     views = []
     for modes in (value.left.modes, value.right.modes):
         lay = _Layout(modes, extent)
         views.append(ArrayView(tuple(out_shape), tuple(lay.stride.get(m, 0) for m in r)))
-    return ContractPlan(value.id, MULTIPLY, views[0], views[1], None, out_shape, None, flops,
-                        cost_us=_COPY_US * prod(out_shape))
+    return ContractPlan(value.id, MULTIPLY, views[0], views[1], None, out_shape, subscripts,
+                        flops, cost_us=_COPY_US * prod(out_shape))
 
 
 def plan_contraction(value: Value, left: Value, right: Value,
@@ -225,15 +226,16 @@ def plan_contraction(value: Value, left: Value, right: Value,
     extent = dict(zip(a, left_extents)) | dict(zip(b, right_extents))
     flops = 2 * prod(extent.values())
     out_shape = tuple(extents)
+    sub = _subscripts(value, extent)
     if len(set(a)) < len(a) or len(set(b)) < len(b) or not (set(a) | set(b)) >= set(r) \
             or (set(a) ^ set(b)) - set(r):
-        return _einsum_plan(value, extent, out_shape, flops)
+        return ContractPlan(value.id, EINSUM, None, None, None, out_shape, sub, flops)
     if 0 in extent.values():
-        return ContractPlan(value.id, ZEROS, None, None, None, out_shape, None, 0)
+        return ContractPlan(value.id, ZEROS, None, None, None, out_shape, sub, 0)
     big = {m for m, e in extent.items() if e > 1}
     contracted = (set(a) & set(b) & big) - set(r)
     if not contracted:
-        return _multiply_plan(value, extent, out_shape, flops)
+        return _multiply_plan(value, extent, out_shape, flops, sub)
     la, lb, lr = _Layout(a, extent), _Layout(b, extent), _Layout(r, extent)
     free_a = (set(a) - set(b)) & big
     free_b = (set(b) - set(a)) & big
@@ -246,8 +248,7 @@ def plan_contraction(value: Value, left: Value, right: Value,
                     if found is not None and (best is None or found[0] < best[0]):
                         best = found
     cost, xa, xb, xz, shape, reduce = best
-    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, None, flops, shape, cost,
-                        reduce)
+    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, sub, flops, shape, cost, reduce)
 
 
 def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...],
