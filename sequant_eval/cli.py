@@ -3,6 +3,7 @@
     sequant-eval ccsd [--molecule water] [--basis cc-pvdz]     CCSD with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
     sequant-eval regen-equations [--check]                     re-derive the CCSD equations
+    sequant-eval snapshots [--update]                          schedule snapshots (schedules/)
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     for path in args.files:
         stem = Path(path).stem
         eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=stem)
-    print(analyze(eqs, _extents(args.extent)).dump(), end="")
+    print(analyze(eqs, _extents(args.extent), budget=args.budget).dump(), end="")
     return 0
 
 
@@ -59,6 +60,18 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_snapshots(args: argparse.Namespace) -> int:
+    from .schedule import snapshots
+
+    if args.update:
+        for path in snapshots.update(args.dir):
+            print(f"wrote {path}")
+        return 0
+    stale = snapshots.check(args.dir)
+    print("snapshots up to date" if not stale else "stale: " + ", ".join(stale))
+    return 1 if stale else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sequant-eval", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command")
@@ -71,10 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("analyze", help="dry run: peak memory and flops of equation files")
     p.add_argument("files", nargs="+")
     p.add_argument("--extent", action="append", default=[], metavar="SPACE=N")
+    p.add_argument("--budget", default=None, help="bytes, e.g. 25e9, 25GB, 4GiB")
     p.set_defaults(func=_cmd_analyze)
     p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")
     p.add_argument("--check", action="store_true", help="only compare, do not write")
     p.set_defaults(func=_cmd_regen)
+    p = sub.add_parser("snapshots", help="check (or --update) the schedule snapshots")
+    p.add_argument("--update", action="store_true", help="rewrite the stored dumps")
+    p.add_argument("--dir", default=None, help="snapshot folder (default: schedules/)")
+    p.set_defaults(func=_cmd_snapshots)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -154,7 +154,7 @@ class _Parser:
         result, name = None, None
         if self._lhs_ahead():
             if self.toks[self.k + 1].kind == "{":
-                result = self.tensor(allow_operator=False)
+                result = self.tensor()
                 name = result.name
             else:
                 name = self.take("NAME", "a result name").text
@@ -202,20 +202,30 @@ class _Parser:
         factors: list[Tensor] = []
         operators: list[Operator] = []
         start = self.tok
+        candidates: list[tuple[_Token, Tensor]] = []   # A{..} / P{..}: operators or tensors
         while True:
             if self.tok.kind == "NUMBER":
                 coefficient *= self.number()
             elif self.tok.kind == "NAME":
-                item = self.tensor(allow_operator=True)
-                (operators if isinstance(item, Operator) else factors).append(item)
+                tok = self.tok
+                item = self.tensor()
+                if item.name in ("A", "P") and not item.symmetry:
+                    candidates.append((tok, item))
+                else:
+                    factors.append(item)
             else:
                 raise self.error("expected a number or a tensor")
             if self.accept("*"):
                 continue
             if self.tok.kind not in ("NUMBER", "NAME"):
                 break
+        # A and P are operators on a product of other tensors; alone they are tensors
+        # (the fixture ``A{;i_3} * A{;i_4}`` multiplies two tensors named A)
+        if factors:
+            operators = [self._operator(tok, t) for tok, t in candidates]
+        else:
+            factors = [self._check_slots(tok, t) for tok, t in candidates]
         product = Product(coefficient, tuple(factors), tuple(operators))
-        self._check_product(product, start)
         return product
 
     def number(self) -> Fraction:
@@ -229,7 +239,7 @@ class _Parser:
             value /= den
         return value
 
-    def tensor(self, allow_operator: bool) -> Tensor | Operator:
+    def tensor(self) -> Tensor:
         name_tok = self.take("NAME", "a tensor name")
         if not (name_tok.text[0].isalpha()):
             raise self.error("a tensor name must start with a letter", name_tok)
@@ -245,27 +255,27 @@ class _Parser:
         if symmetry:
             self.k += 1
         groups += [[] for _ in range(3 - len(groups))]
-        if name_tok.text in ("A", "P") and allow_operator:
-            return self._operator(name_tok, groups, symmetry)
-        bra, ket, aux = (tuple(g) for g in groups)
-        slots = bra + ket + aux
-        seen = set()
-        for ix in slots:
-            if ix in seen:
-                raise self.error(f"index {ix} labels two slots of {name_tok.text}", name_tok)
-            seen.add(ix)
-        return Tensor(name_tok.text, bra, ket, aux, symmetry)
+        tensor = Tensor(name_tok.text, *(tuple(g) for g in groups), symmetry)
+        if name_tok.text in ("A", "P") and not symmetry:
+            return tensor          # the product decides: operator or tensor
+        return self._check_slots(name_tok, tensor)
 
-    def _operator(self, tok: _Token, groups: list[list[Index]], symmetry: str | None) -> Operator:
-        if symmetry:
-            raise self.error(f"operator {tok.text} takes no symmetry tag", tok)
-        if tok.text == "P":
-            if len(groups[0]) != 2 or groups[1] or groups[2]:
+    def _check_slots(self, tok: _Token, tensor: Tensor) -> Tensor:
+        seen = set()
+        for ix in tensor.slots:
+            if ix in seen:
+                raise self.error(f"index {ix} labels two slots of {tensor.name}", tok)
+            seen.add(ix)
+        return tensor
+
+    def _operator(self, tok: _Token, t: Tensor) -> Operator:
+        if t.name == "P":
+            if len(t.bra) != 2 or t.ket or t.aux:
                 raise self.error("P takes exactly two indices: P{x,y}", tok)
-            return Operator("P", tuple(groups[0]))
-        if groups[2]:
+            return Operator("P", t.bra)
+        if t.aux:
             raise self.error("A takes two index groups: A{bra;ket}", tok)
-        return Operator("A", tuple(groups[0]), tuple(groups[1]))
+        return Operator("A", t.bra, t.ket)
 
     def index_list(self) -> list[Index]:
         if self.tok.kind in (";", "}"):
@@ -294,10 +304,6 @@ class _Parser:
         return Index(m.group(1), number, protos)
 
     # -- semantic checks ---------------------------------------------------------------------
-    def _check_product(self, p: Product, tok: _Token) -> None:
-        if not p.factors and p.operators:
-            raise self.error("an operator needs a tensor product to act on", tok)
-
     def _check(self, eq: Equation, start: _Token) -> None:
         expected = set(eq.indices)
         for p, tok in zip(eq.terms, self.term_tokens):

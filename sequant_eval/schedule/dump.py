@@ -1,33 +1,34 @@
 """The stable text form of an ordered schedule: the snapshot format under ``schedules/``."""
 from __future__ import annotations
 
-from .analysis import ScheduleAnalysis
+from ..forest.values import Forest
 from .forms import Form, FormKind
-from .ordered import ScopeBlock
+from .ordered import OrderedSchedule, ScopeBlock
 
-__all__ = ["dump_schedule"]
+__all__ = ["dump_schedule", "dump_analysis"]
 
 
-def _form(a: ScheduleAnalysis, f: Form) -> str:
-    v = a.forest.values[f.value]
-    spaces = list(v.spaces)
+def _form(f: Form, forest: Forest | None) -> str:
+    spaces = list(forest.values[f.value].spaces) if forest else ["?"] * (
+        max((p for p, _ in f.sliced), default=-1) + 1)
     for pos, lid in f.sliced:
         spaces[pos] = f"{spaces[pos]}/L{lid}"
-    what = {FormKind.LEAF: f"leaf {v.tensor}", FormKind.CONTRACT: "contract",
-            FormKind.SUM: f"sum {v.name}", FormKind.ASSEMBLE: "assemble"}[f.kind]
+    v = forest.values[f.value] if forest else None
+    what = {FormKind.LEAF: f"leaf {v.tensor if v else ''}".rstrip(), FormKind.CONTRACT: "contract",
+            FormKind.SUM: f"sum {v.name if v else ''}".rstrip(),
+            FormKind.ASSEMBLE: "assemble"}[f.kind]
     extra = f" partial[{','.join(f'L{l}' for l in f.partial)}]" if f.partial else ""
     if f.kind is FormKind.CONTRACT:
         extra += f" <- {' '.join(f'f{o}' for o in f.operands)}"
     return f"f{f.id} v{f.value}({','.join(spaces)}) {what}{extra}"
 
 
-def dump_schedule(a: ScheduleAnalysis, title: str = "") -> str:
-    """Blocks, steps, outputs, loops with batch counts, and the predicted peak."""
-    lines = [f"# {title}"] if title else []
-    lines.append(f"peak {a.profile.peak_bytes} B at point {a.profile.binding_point}; "
-                 f"flops {a.flops}")
-    for lid in sorted(a.rich.loops):
-        lp = a.rich.loops[lid]
+def dump_schedule(sched: OrderedSchedule, forest: Forest | None = None,
+                  header: tuple[str, ...] = ()) -> str:
+    """Loops with batch counts, then the block tree: steps and outputs in order."""
+    lines = list(header)
+    for lid in sorted(sched.loops):
+        lp = sched.loops[lid]
         lines.append(f"loop L{lid} {{{lp.space}:{lp.kind.value}}} block {lp.block} x "
                      f"{lp.nbatches} over {lp.extent}")
 
@@ -39,12 +40,19 @@ def dump_schedule(a: ScheduleAnalysis, title: str = "") -> str:
                 walk(s, indent + "  ")
                 for o in s.outputs:
                     lines.append(f"{indent}  output {o.kind.value} "
-                                 f"{_form(a, a.rich.forms[o.form])}")
+                                 f"{_form(sched.forms[o.form], forest)}")
             else:
-                f = a.rich.forms[s.form]
                 entry = f" entry {s.entry}" if s.entry >= 0 else ""
-                lines.append(f"{indent}build{entry} {_form(a, f)}")
+                lines.append(f"{indent}build{entry} {_form(sched.forms[s.form], forest)}")
 
     lines.append("root")
-    walk(a.ordered.root, "  ")
+    walk(sched.root, "  ")
     return "\n".join(lines) + "\n"
+
+
+def dump_analysis(a, title: str = "") -> str:
+    """An analyzed schedule with its predicted peak and flops in the header."""
+    header = ([f"# {title}"] if title else []) + [
+        f"predicted peak {a.profile.peak_bytes} B at point {a.profile.binding_point}; "
+        f"flops {a.flops}"]
+    return dump_schedule(a.ordered, a.forest, tuple(header))

@@ -1,0 +1,128 @@
+"""Named schedule configurations whose dumps are kept under ``schedules/`` as snapshots.
+
+Any change to planning or sequencing shows up as a diff of these files. Regenerate them
+deliberately with ``sequant-eval snapshots --update`` and review the diff.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..expr import Index, parse
+from ..forest import build_forest
+from ..plan import BatchPlan, BatchPolicy, Loop, LoopKind, Open, plan_forest, stamp_plan
+from .analysis import analyze_schedule, term_peak
+from .dump import dump_analysis
+
+__all__ = ["CONFIGS", "render", "check", "update"]
+
+
+def _planned(text: str, extents: dict, policy: BatchPolicy):
+    forest = build_forest(parse(text), extents)
+    plan = plan_forest(forest, extents, policy,
+                       exact=term_peak(forest, BatchPlan(policy, extents, (), ())))
+    return analyze_schedule(forest, plan)
+
+
+def _stamped(text: str, extents: dict, policy: BatchPolicy, spec: dict):
+    forest = build_forest(parse(text), extents)
+    values = sorted(forest.trees)
+    stamps = {}
+    for k, opens in spec.items():
+        tree = forest.trees[values[k]]
+        labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
+        stamps[values[k]] = {tree.root: (tuple(Open(labels[n], LoopKind(c)) for n, c in opens), 0)}
+    return analyze_schedule(forest, stamp_plan(forest, extents, policy, stamps))
+
+
+def _fraction(text: str, extents: dict, fraction: float):
+    from ..api import analyze
+
+    top = analyze(text, extents).peak_bytes
+    return _planned(text, extents, BatchPolicy.everything(top * fraction, extents))
+
+
+def _half(text: str, extents: dict, **policy):
+    from ..api import analyze
+
+    top = analyze(text, extents).peak_bytes
+    return _planned(text, extents, BatchPolicy(budget=top // 2, **policy))
+
+
+def _ccsd(fraction: float):
+    from ..chem.equations import ccsd_text
+
+    return _fraction(ccsd_text(), {"i": 10, "a": 38}, fraction)
+
+
+def _smallest(text: str, extents: dict, **policy):
+    """Planned at the smallest budget the planner can meet (named by InfeasibleBudget)."""
+    from ..errors import InfeasibleBudget
+
+    try:
+        return _planned(text, extents, BatchPolicy(budget=1, **policy))
+    except InfeasibleBudget as err:
+        return _planned(text, extents, BatchPolicy(budget=err.minimum, **policy))
+
+
+def _water20_energy():
+    text = (Path(__file__).resolve().parents[2] / "data/water20/csv_ccsd_energy_df.txt")
+    return _smallest(text.read_text(encoding="utf-8"), {"i": 8, "a": 12, "Κ": 160, "μ̃": 40},
+                     contracted={"Κ"}, block={"Κ": 16})
+
+
+CONFIGS: dict[str, Callable] = {
+    "ex1_contracted": lambda: _fraction("R{a_1;i_1} = X{a_1;k_1} * Y{k_1;i_1}",
+                                       {"a": 4, "i": 4, "k": 64}, 0.5),
+    "ex2_hoisted_invariant": lambda: _half(
+        "R{a_1;i_1} = X{a_1;k_1,p_1} * U{p_1;p_2} * Q{p_2;p_3} * Z{k_1,p_3;i_1}",
+        {"a": 2, "i": 8, "k": 32, "p": 6}, contracted={"k"}, block={"k": 4}),
+    "ex3_external": lambda: _half(
+        "R{a_1;i_1} = X{a_1;k_1,p_1} * Z{k_1,p_1;i_1}", {"a": 4, "i": 64, "k": 4, "p": 4},
+        external={"i"}, block={"i": 8}),
+    "ex4_mixed_open": lambda: _stamped(
+        "R{i_1;i_2} = M{i_1;i_3} * N{i_3;i_2}", {"i": 8}, BatchPolicy(block={"i": 4}),
+        {0: [("i_1", "E"), ("i_3", "C"), ("i_2", "E")]}),
+    "ex5_cross_iteration": lambda: _stamped(
+        "A{;i_3} * A{;i_4}", {"i": 8}, BatchPolicy(block={"i": 2}),
+        {0: [("i_3", "E"), ("i_4", "E")]}),
+    "ex7_water20_aux_only_scaled": _water20_energy,
+    "ex8_shared_subterm": lambda: _stamped(
+        "R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
+        " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}",
+        {"i": 4, "a": 6, "x": 12}, BatchPolicy(block={"x": 4}),
+        {0: [("x_1", "C")], 1: [("x_1", "C")]}),
+    "ccsd_water_100pct": lambda: _ccsd(1.0),
+    "ccsd_water_50pct": lambda: _ccsd(0.5),
+    "ccsd_water_25pct": lambda: _ccsd(0.25),
+}
+
+
+def render(name: str) -> str:
+    return dump_analysis(CONFIGS[name](), name)
+
+
+def _dir(directory: str | Path | None) -> Path:
+    return Path(directory) if directory else Path(__file__).resolve().parents[2] / "schedules"
+
+
+def check(directory: str | Path | None = None) -> list[str]:
+    """Names whose stored dump differs from a fresh one (missing files count)."""
+    d = _dir(directory)
+    stale = []
+    for name in CONFIGS:
+        path = d / f"{name}.txt"
+        if not path.exists() or path.read_text(encoding="utf-8") != render(name):
+            stale.append(name)
+    return stale
+
+
+def update(directory: str | Path | None = None) -> list[Path]:
+    d = _dir(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in CONFIGS:
+        path = d / f"{name}.txt"
+        path.write_text(render(name), encoding="utf-8")
+        out.append(path)
+    return out
