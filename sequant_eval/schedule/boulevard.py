@@ -241,3 +241,34 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
     return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank,
                         {k: tuple(v) for k, v in readers.items()}, frozenset(order), fused,
                         term_results, counter)
+
+
+def rich_from_forms(forms: list[Form], loops: list[Loop]) -> RichSchedule:
+    """A RichSchedule from hand-written forms listed in a valid production order.
+
+    For fixtures that pin loop identity by hand (as the reference's synthetic ones do).
+    """
+    rank: list[int] = []
+    acc: dict[tuple[int, int], int] = {}
+    counter = 0
+    for f in forms:
+        if f.kind is FormKind.SUM:
+            for k in range(len(f.operands)):
+                acc[(f.id, k)] = counter
+                counter += 1
+            rank.append(acc[(f.id, 0)])
+        else:
+            rank.append(counter)
+            counter += 1
+    readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    order: set[tuple[int, int]] = set()
+    for f in forms:
+        for leg, o in enumerate(f.operands):
+            readers[o].append((f.id, leg))
+        if f.source >= 0:
+            readers[f.source].append((f.id, 0))
+        nest = list(f.scope) + ([f.via] if f.via >= 0 else [])
+        order.update(zip(nest, nest[1:]))
+    return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc,
+                        {k: tuple(v) for k, v in readers.items()}, frozenset(order), {}, {},
+                        counter)

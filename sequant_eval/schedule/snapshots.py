@@ -71,6 +71,33 @@ def _water20_energy():
                      contracted={"Κ"}, block={"Κ": 16})
 
 
+def _hand(kind: LoopKind, rows: list[tuple]) -> str:
+    """A hand-built schedule (loop identity pinned), dumped without a forest."""
+    from .boulevard import rich_from_forms
+    from .forms import Form, FormKind
+    from .ordered import build_ordered_schedule
+    from .dump import dump_schedule
+
+    forms = [Form(k, FormKind(kd), v, 0, tuple(sl), tuple(pa), tuple(sc), tuple(ops), src, via)
+             for k, (kd, v, sl, pa, sc, ops, src, via) in enumerate(rows)]
+    loop = Loop(0, "i", kind, 2, 8, 4, (0, 0), Index("i", 1))
+    return dump_schedule(build_ordered_schedule(rich_from_forms(forms, [loop])))
+
+
+_EX5_INLOOP = [  # C(i,j)=A(i,k)B(k,j) scattered per i-batch; E(j,i) reads C inside the loop
+    ("leaf", 0, [(0, 0)], (), (0,), (), -1, -1), ("leaf", 1, (), (), (), (), -1, -1),
+    ("contract", 2, [(0, 0)], (), (0,), (0, 1), -1, -1), ("assemble", 2, (), (), (), (), 2, 0),
+    ("sum", 5, (), (), (), (3,), -1, -1), ("leaf", 3, [(0, 0)], (), (0,), (), -1, -1),
+    ("contract", 4, [(0, 0)], (), (0,), (3, 5), -1, -1), ("assemble", 4, (), (), (), (), 6, 0),
+    ("sum", 6, (), (), (), (7,), -1, -1)]
+_EX6_REDUCTION_READER = [  # V = Σ_K X·Y (Reduction); W = Σ_K V·Z reads V inside K
+    ("leaf", 0, [(0, 0)], (), (0,), (), -1, -1), ("leaf", 1, [(0, 0)], (), (0,), (), -1, -1),
+    ("contract", 2, (), (0,), (0,), (0, 1), -1, -1), ("assemble", 2, (), (), (), (), 2, 0),
+    ("leaf", 3, [(0, 0)], (), (0,), (), -1, -1),
+    ("contract", 4, (), (0,), (0,), (3, 4), -1, -1), ("assemble", 4, (), (), (), (), 5, 0),
+    ("sum", 5, (), (), (), (6,), -1, -1)]
+
+
 CONFIGS: dict[str, Callable] = {
     "ex1_contracted": lambda: _fraction("R{a_1;i_1} = X{a_1;k_1} * Y{k_1;i_1}",
                                        {"a": 4, "i": 4, "k": 64}, 0.5),
@@ -98,8 +125,20 @@ CONFIGS: dict[str, Callable] = {
 }
 
 
+HAND_BUILT: dict[str, Callable[[], str]] = {
+    "ex5_inloop_passes": lambda: _hand(LoopKind.EXTERNAL, _EX5_INLOOP),
+    "ex6_reduction_reader": lambda: _hand(LoopKind.CONTRACTED, _EX6_REDUCTION_READER),
+}
+
+
 def render(name: str) -> str:
+    if name in HAND_BUILT:
+        return f"# {name} (hand-built forms)\n" + HAND_BUILT[name]()
     return dump_analysis(CONFIGS[name](), name)
+
+
+def names() -> list[str]:
+    return sorted(CONFIGS) + sorted(HAND_BUILT)
 
 
 def _dir(directory: str | Path | None) -> Path:
@@ -110,7 +149,7 @@ def check(directory: str | Path | None = None) -> list[str]:
     """Names whose stored dump differs from a fresh one (missing files count)."""
     d = _dir(directory)
     stale = []
-    for name in CONFIGS:
+    for name in names():
         path = d / f"{name}.txt"
         if not path.exists() or path.read_text(encoding="utf-8") != render(name):
             stale.append(name)
@@ -121,7 +160,7 @@ def update(directory: str | Path | None = None) -> list[Path]:
     d = _dir(directory)
     d.mkdir(parents=True, exist_ok=True)
     out = []
-    for name in CONFIGS:
+    for name in names():
         path = d / f"{name}.txt"
         path.write_text(render(name), encoding="utf-8")
         out.append(path)

@@ -57,27 +57,6 @@ def forms_of(analysis, kind: FormKind, tensor: str | None = None):
 
 
 def rich_by_hand(forms, loops):
-    """A RichSchedule from hand-written forms (listed in a valid production order)."""
-    from collections import defaultdict
+    from sequant_eval.schedule.boulevard import rich_from_forms
 
-    from sequant_eval.schedule.boulevard import RichSchedule
-
-    rank, acc = [], {}
-    counter = 0
-    for f in forms:
-        if f.kind is FormKind.SUM:
-            for k in range(len(f.operands)):
-                acc[(f.id, k)] = counter
-                counter += 1
-            rank.append(acc[(f.id, 0)])
-        else:
-            rank.append(counter)
-            counter += 1
-    readers = defaultdict(list)
-    for f in forms:
-        for leg, o in enumerate(f.operands):
-            readers[o].append((f.id, leg))
-        if f.source >= 0:
-            readers[f.source].append((f.id, 0))
-    return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc,
-                        {k: tuple(v) for k, v in readers.items()}, frozenset(), {}, {}, counter)
+    return rich_from_forms(forms, loops)

@@ -52,8 +52,8 @@ def test_ex5_reader_of_scattered_value_runs_in_second_pass():
 
 
 def test_ex6_reduction_reader_is_bumped_to_a_later_pass():
-    """V = Σ_K X(K) Y(K) is a Reduction over K; W reads V inside the K loop, so it must run
-    in pass 1, after the {K} block of pass 0 completed the sum."""
+    """V = Σ_K X(K) Y(K) is a Reduction over K; W = Σ_K V Z(K) reads V inside the K loop, so
+    it must run in pass 1, after the {K} block of pass 0 completed the sum."""
     L = FormKind
     forms = [
         F(0, L.LEAF, 0, scope=(0,), sliced=[(0, 0)]),
@@ -61,7 +61,7 @@ def test_ex6_reduction_reader_is_bumped_to_a_later_pass():
         F(2, L.CONTRACT, 2, scope=(0,), partial=(0,), operands=(0, 1)),     # V partial
         F(3, L.ASSEMBLE, 2, source=2, via=0),                               # V complete
         F(4, L.LEAF, 3, scope=(0,), sliced=[(0, 0)]),
-        F(5, L.CONTRACT, 4, scope=(0,), sliced=[(0, 0)], operands=(3, 4)),  # W reads V
+        F(5, L.CONTRACT, 4, scope=(0,), partial=(0,), operands=(3, 4)),     # W reads V
         F(6, L.ASSEMBLE, 4, source=5, via=0),
         F(7, L.SUM, 5, operands=(6,)),
     ]

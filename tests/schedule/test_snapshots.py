@@ -10,7 +10,7 @@ from sequant_eval.schedule import snapshots
 from sequant_eval.schedule.peak import peak_profile_replay
 
 
-@pytest.mark.parametrize("name", sorted(snapshots.CONFIGS))
+@pytest.mark.parametrize("name", snapshots.names())
 def test_snapshot_is_current(name):
     path = snapshots._dir(None) / f"{name}.txt"
     assert path.exists(), f"missing snapshot {path}; run `sequant-eval snapshots --update`"
