@@ -212,6 +212,17 @@ def table(rows: list[Row], dgemm: float) -> str:
     return "\n".join(lines)
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict[str, str]:
     blas = "unknown"
     try:
@@ -233,7 +244,7 @@ def machine() -> dict[str, str]:
         "date": datetime.date.today().isoformat(),
         "cpus (nproc)": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                             else os.cpu_count()),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_model(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "opt_einsum": opt_einsum.__version__,

@@ -44,6 +44,7 @@ class BatchPlan:
     extents: dict[str, int]
     terms: tuple[TermPlan, ...]
     loops: tuple[Loop, ...]
+    share_leaves: bool = True      # one fetched block per leaf for the whole forest
 
     def term(self, value: int) -> TermPlan:
         return next(t for t in self.terms if t.value == value)
@@ -81,66 +82,109 @@ def _term_plan(value: int, tree: TermTree, config: dict, sizer: Sizer, prof,
 ExactPeak = Callable[[TermPlan, tuple[Loop, ...]], int]
 
 
-def plan_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
-                exact: ExactPeak | None = None) -> BatchPlan:
-    """Plan every term; raise InfeasibleBudget (before any work) if some term cannot fit.
+class _Infeasible(Exception):
+    def __init__(self, min_peak: int) -> None:
+        self.min_peak = min_peak
+
+
+class TermPlanner:
+    """Plans single terms under a budget; remembers every (term, budget) it has solved.
 
     The DP ranks realizations by its profile model. ``exact``, when given, measures a term
     plan as actually scheduled (the schedule stage passes its static sweep): a term tree
     that reads one form twice keeps it live in between, which the tree model cannot see.
     Candidates are then tried in order of preference until one truly fits.
     """
-    sizer = Sizer(extents, policy)
-    budget = policy.budget_bytes
-    terms, loops = [], []
-    worst: tuple[int, str] | None = None
-    for value in sorted(forest.trees):
-        tree = forest.trees[value]
-        dp = TermDP(tree, sizer, policy)
+
+    def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
+                 exact: ExactPeak | None = None) -> None:
+        self.forest = forest
+        self.extents = dict(extents)
+        self.policy = policy
+        self.sizer = Sizer(extents, policy)
+        self.exact = exact
+        self.dps: dict[int, TermDP] = {}
+        self.memo: dict[tuple[int, float], tuple[TermPlan, list[Loop]] | int] = {}
+        self.min_peak: dict[int, int] = {}
+
+    def _realize(self, value: int, config: dict, prof, base_flops: int):
+        tp, new = _term_plan(value, self.forest.trees[value], config, self.sizer, prof,
+                             base_flops, 0, 0)
+        if self.exact is not None:
+            tp = replace(tp, peak_bytes=self.exact(tp, tuple(new)))
+        return tp, new
+
+    def plan_term(self, value: int, budget: float) -> tuple[TermPlan, list[Loop]]:
+        """The term's plan with loop ids from 0; raises _Infeasible(min peak)."""
+        key = (value, budget)
+        if key not in self.memo:
+            try:
+                self.memo[key] = self._solve(value, budget)
+            except _Infeasible as err:
+                self.memo[key] = err.min_peak
+        got = self.memo[key]
+        if isinstance(got, int):
+            raise _Infeasible(got)
+        return got
+
+    def _solve(self, value: int, budget: float):
+        tree = self.forest.trees[value]
+        dp = self.dps.setdefault(value, TermDP(tree, self.sizer, self.policy))
         default = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
                    if node.children}
         base = dp.profile_of(default)
-
-        def realize(config: dict, prof, min_peak: int) -> tuple[TermPlan, list[Loop]]:
-            tp, new = _term_plan(value, tree, config, sizer, prof, base.flops, min_peak,
-                                 len(loops))
-            if exact is not None:
-                tp = replace(tp, peak_bytes=exact(tp, tuple(new)))
-            return tp, new
-
-        tp, new = realize(default, base, base.peak)
-        if policy.finite and tp.peak_bytes > budget:
-            cands = sorted(dp.solve(tree.root),
-                           key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
+        tp, new = self._realize(value, default, base, base.flops)
+        if not self.policy.finite or tp.peak_bytes <= budget:
+            return replace(tp, min_peak_bytes=min(tp.peak_bytes, self.min_peak.get(value, tp.peak_bytes))), new
+        cands = sorted(dp.solve(tree.root),
+                       key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
+        if value not in self.min_peak:
             least = min(cands, key=lambda c: (c.peak, c.profile.flops))
-            chosen = None
-            for c in cands:
-                if c.peak > 2 * budget:
-                    continue
-                config = dict(default)
-                config.update({n: (o, f) for n, o, f in c.config})
-                trial = realize(config, c.profile, 0)
-                if trial[0].peak_bytes <= budget:
-                    chosen = trial
-                    break
             config = dict(default)
             config.update({n: (o, f) for n, o, f in least.config})
-            min_peak = min(tp.peak_bytes, realize(config, least.profile, 0)[0].peak_bytes)
-            if chosen is None:
-                if worst is None or min_peak > worst[0]:
-                    worst = (min_peak, tree.where)
+            exact_least = self._realize(value, config, least.profile, base.flops)[0].peak_bytes
+            self.min_peak[value] = min(tp.peak_bytes, exact_least)
+        for c in cands:
+            if c.peak > 2 * budget:
                 continue
-            tp, new = chosen
-            tp = replace(tp, min_peak_bytes=min(min_peak, tp.peak_bytes))
-        terms.append(tp)
-        loops.extend(new)
-    if worst is not None:
-        need = max([worst[0]] + [t.min_peak_bytes for t in terms])
-        raise InfeasibleBudget(
-            f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest feasible "
-            f"plan {format_bytes(need)} ({need} B): {worst[1]} needs "
-            f"{format_bytes(worst[0])} even batched", budget, need)
-    return BatchPlan(policy, dict(extents), tuple(terms), tuple(loops))
+            config = dict(default)
+            config.update({n: (o, f) for n, o, f in c.config})
+            trial, loops = self._realize(value, config, c.profile, base.flops)
+            if trial.peak_bytes <= budget:
+                return replace(trial, min_peak_bytes=self.min_peak[value]), loops
+        raise _Infeasible(self.min_peak[value])
+
+    def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
+        """Every term under its budget (default: the policy's); InfeasibleBudget otherwise."""
+        budget = self.policy.budget_bytes
+        terms, loops = [], []
+        worst: tuple[int, str] | None = None
+        for value in sorted(self.forest.trees):
+            own = budgets.get(value, budget) if budgets else budget
+            try:
+                tp, new = self.plan_term(value, own)
+            except _Infeasible as err:
+                if worst is None or err.min_peak > worst[0]:
+                    worst = (err.min_peak, self.forest.trees[value].where)
+                continue
+            shift = len(loops)
+            new = [replace(l, id=l.id + shift) for l in new]
+            tp = replace(tp, opens=tuple(tuple(i + shift for i in o) for o in tp.opens))
+            terms.append(tp)
+            loops.extend(new)
+        if worst is not None:
+            need = max([worst[0]] + [t.min_peak_bytes for t in terms])
+            raise InfeasibleBudget(
+                f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest "
+                f"feasible plan {format_bytes(need)} ({need} B): {worst[1]} needs "
+                f"{format_bytes(worst[0])} even batched", budget, need)
+        return BatchPlan(self.policy, self.extents, tuple(terms), tuple(loops))
+
+
+def plan_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
+                exact: ExactPeak | None = None) -> BatchPlan:
+    """Plan every term within the policy's budget (see TermPlanner)."""
+    return TermPlanner(forest, extents, policy, exact).plan()
 
 
 def stamp_plan(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,

@@ -7,7 +7,9 @@ mode becomes a batch dimension that ``np.matmul`` loops over. BLAS takes either 
 of a matrix (a transpose flag), and ``matmul`` writes the result through the view straight
 into the value's layout, so most contractions need no copy at all. Where no view works, the
 operand is copied once into a layout that does (or the result is computed into a temporary
-and transposed into place).
+and transposed into place), or some contracted modes are *split* off as batch modes of a
+temporary of partial products that is summed afterwards (cheaper than copying a big operand
+for a small matrix-vector product).
 
 Which modes merge, which are batched and what is copied is chosen by a small cost model
 (BLAS efficiency as a function of the GEMM shape, a per-call overhead, a per-element copy

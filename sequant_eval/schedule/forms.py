@@ -37,10 +37,11 @@ class Form:
     source: int = -1                      # ASSEMBLE: the per-batch form it assembles
     via: int = -1                         # ASSEMBLE: the loop whose batches it assembles
     first: int = 0                        # CONTRACT: which operand is made first (0 or 1)
+    owner: int = -1                       # LEAF: the term it is fetched for, if not shared
 
     def key(self) -> tuple:
         return (self.kind, self.value, self.sliced, self.partial, self.scope, self.operands,
-                self.source, self.via)
+                self.source, self.via, self.owner)
 
     def loops(self) -> set[int]:
         return {l for _, l in self.sliced} | set(self.partial) | set(self.scope) | (
@@ -108,8 +109,11 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
                                     if loops[l].label in pos))
 
             if not node.children:
+                # an unsliced block fetched for one term is not kept for the next one
+                # unless the plan shares leaves (the unbatched walk does)
+                mine = -1 if plan.share_leaves or ctx else tp.value
                 fid = b.add(kind=FormKind.LEAF, value=node.value, term=tp.value,
-                            sliced=sliced_on(ctx), partial=(), scope=ctx)
+                            sliced=sliced_on(ctx), partial=(), scope=ctx, owner=mine)
                 results[n] = builds[n] = fid
                 return
             for c in node.children:

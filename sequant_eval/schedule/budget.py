@@ -1,0 +1,92 @@
+"""The forest-level budget: the whole schedule's peak, not each term's, stays within it.
+
+Terms are planned one by one, but the forest holds more than one term at a time: the
+equation sums, intermediates shared between terms, a term's result waiting to be added.
+After scheduling, the binding point of the sweep names the term being evaluated there and
+the *background* live around it; that term is re-planned under the budget minus its
+background, and the forest is scheduled again, until the swept peak fits. Unsliced input
+blocks are fetched per term (not held from one term to the next), which keeps the
+background small. If no re-planning fits, the smallest budget the planner can meet is
+found by bisection and named in InfeasibleBudget.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from ..errors import InfeasibleBudget
+from ..forest.values import Forest
+from ..plan.planner import BatchPlan, TermPlanner
+from ..plan.policy import BatchPolicy
+from ..report.text import format_bytes
+from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
+
+__all__ = ["fit_forest"]
+
+_ROUNDS = 40
+
+
+def _attempt(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
+             planner: TermPlanner) -> tuple[ScheduleAnalysis | None, int]:
+    """Try to fit; returns (analysis or None, the best swept peak seen)."""
+    budget = policy.budget_bytes
+    budgets = {v: budget for v in forest.trees}
+    best = None
+    for _ in range(_ROUNDS):
+        plan = replace(planner.plan(budgets), share_leaves=False)
+        a = analyze_schedule(forest, plan)
+        if best is None or a.peak_bytes < best:
+            best = a.peak_bytes
+        if a.peak_bytes <= budget:
+            return a, a.peak_bytes
+        b = a.profile.binding_point
+        term = _active_term(a, b)
+        if term is None:
+            return None, best
+        own = sum(c.footprint for c in a.cells if c.first <= b <= c.last
+                  and a.rich.forms[c.form].term == term)
+        target = min(budget - (a.peak_bytes - own), budgets[term] - 1)
+        if target < planner.min_peak.get(term, 0) or target <= 0:
+            return None, best
+        budgets[term] = target
+    return None, best
+
+
+def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
+    for k in range(point, -1, -1):
+        p = a.points[k]
+        if p.form >= 0 and a.rich.forms[p.form].term >= 0:
+            return a.rich.forms[p.form].term
+    return None
+
+
+def fit_forest(forest: Forest, extents: Mapping[str, int],
+               policy: BatchPolicy) -> ScheduleAnalysis:
+    """Plan and schedule so the forest's swept peak is within the policy's budget."""
+    exact = term_peak(forest, BatchPlan(policy, dict(extents), (), ()))
+    planner = TermPlanner(forest, extents, policy, exact)
+    if not policy.finite:
+        return analyze_schedule(forest, planner.plan())
+    found, _ = _attempt(forest, extents, policy, planner)
+    if found is not None:
+        return found
+    lo, hi = policy.budget_bytes, None
+    probe = policy.budget_bytes
+    for _ in range(12):            # find a budget that fits, then bisect down to 1 %
+        probe = probe * 2 if hi is None else (lo + hi) / 2
+        p = replace(policy, budget=probe)
+        try:
+            ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
+        except InfeasibleBudget:
+            ok = None
+        if ok is None:
+            lo = probe
+        else:
+            hi = ok.peak_bytes
+        if hi is not None and hi - lo <= 0.01 * hi:
+            break
+    need = hi if hi is not None else probe
+    budget = policy.budget_bytes
+    raise InfeasibleBudget(
+        f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest forest peak "
+        f"the planner can meet, about {format_bytes(need)} ({need:.0f} B)", budget, need)
