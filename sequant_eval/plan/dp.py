@@ -80,7 +80,10 @@ class TermDP:
         chain = ctx + opens
         labels = self.tree.nodes[n].labels
         part = self.sizer.bytes(labels, self.sliced(n, chain))
-        accs = tuple(self.sizer.bytes(labels, self.sliced(n, chain[: len(ctx) + j]))
+        # after the j-th own loop closes the node exists in this form, allocated when that
+        # block opens; consecutive external loops scatter jointly into one destination
+        accs = tuple(0 if j and opens[j - 1].kind is opens[j].kind is LoopKind.EXTERNAL
+                     else self.sizer.bytes(labels, self.sliced(n, chain[: len(ctx) + j]))
                      for j in range(len(opens)))
         if opens and self.policy.accumulation_factor != 1.0:
             part = int(part * self.policy.accumulation_factor)

@@ -90,7 +90,8 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
             scope=tuple(f(l) for l in form.scope),
             operands=tuple(canon[o] for o in form.operands),
             source=canon[form.source] if form.source >= 0 else -1,
-            via=f(form.via) if form.via >= 0 else -1)
+            via=f(form.via) if form.via >= 0 else -1,
+            also=tuple(f(l) for l in form.also))
         key = new.key()
         if key not in index:
             index[key] = len(out)
@@ -108,9 +109,10 @@ def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> boo
         sliced = [f(l) for _, l in form.sliced]
         if len(set(nest)) != len(nest) or len(set(sliced)) != len(sliced):
             return True                                              # (a)
-        if form.via >= 0 and f(form.via) in nest:
+        span = [f(l) for l in form.span]
+        if set(span) & set(nest) or len(set(span)) != len(span):
             return True                                              # (a)
-        for a, b in zip(nest, nest[1:] + ([f(form.via)] if form.via >= 0 else [])):
+        for a, b in zip(nest, nest[1:] + span):
             edges[a].add(b)
         for o in form.operands:
             readers[o].append(form)
@@ -137,8 +139,7 @@ def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
               forms: list[Form]) -> _UnionFind | None:
     pairs = list(zip(a.scope, b.scope)) + [(x, y) for (_, x), (_, y) in zip(a.sliced, b.sliced)]
     pairs += list(zip(a.partial, b.partial))
-    if a.via >= 0:
-        pairs.append((a.via, b.via))
+    pairs += list(zip(a.span, b.span))
     trial = uf.copy()
     for x, y in pairs:
         lx, ly = loops[x], loops[y]
@@ -152,7 +153,7 @@ def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
 
 def _shape(form: Form) -> tuple:
     return (form.kind, form.value, tuple(p for p, _ in form.sliced), len(form.partial),
-            len(form.scope), form.via >= 0)
+            len(form.scope), len(form.span))
 
 
 def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
@@ -161,7 +162,7 @@ def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
     uf = _UnionFind(l.id for l in loops)
     seen: dict[tuple, list[Form]] = defaultdict(list)
     for form in forms:
-        if form.scope or form.via >= 0:
+        if form.scope or form.span:
             canon, _ = _canonical(forms, uf)
             for other in seen[_shape(form)]:
                 if other.term == form.term:
@@ -236,7 +237,7 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
             readers[o].append((form.id, leg))
         if form.source >= 0:
             readers[form.source].append((form.id, 0))
-        nest = list(form.scope) + ([form.via] if form.via >= 0 else [])
+        nest = list(form.scope) + list(form.span)
         order.update(zip(nest, nest[1:]))
     return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank,
                         {k: tuple(v) for k, v in readers.items()}, frozenset(order), fused,
@@ -267,7 +268,7 @@ def rich_from_forms(forms: list[Form], loops: list[Loop]) -> RichSchedule:
             readers[o].append((f.id, leg))
         if f.source >= 0:
             readers[f.source].append((f.id, 0))
-        nest = list(f.scope) + ([f.via] if f.via >= 0 else [])
+        nest = list(f.scope) + list(f.span)
         order.update(zip(nest, nest[1:]))
     return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc,
                         {k: tuple(v) for k, v in readers.items()}, frozenset(order), {}, {},

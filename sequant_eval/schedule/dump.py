@@ -20,6 +20,8 @@ def _form(f: Form, forest: Forest | None) -> str:
     extra = f" partial[{','.join(f'L{l}' for l in f.partial)}]" if f.partial else ""
     if f.kind is FormKind.CONTRACT:
         extra += f" <- {' '.join(f'f{o}' for o in f.operands)}"
+    if f.also:
+        extra += f" joint[{','.join(f'L{l}' for l in f.span)}]"
     return f"f{f.id} v{f.value}({','.join(spaces)}) {what}{extra}"
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..forest.values import Forest, ValueKind
 from ..plan.dp import prefix_for
+from ..plan.loops import LoopKind
 from ..plan.planner import BatchPlan
 
 __all__ = ["FormKind", "Form", "TermForms", "build_forms"]
@@ -38,14 +39,19 @@ class Form:
     via: int = -1                         # ASSEMBLE: the loop whose batches it assembles
     first: int = 0                        # CONTRACT: which operand is made first (0 or 1)
     owner: int = -1                       # LEAF: the term it is fetched for, if not shared
+    also: tuple[int, ...] = ()            # ASSEMBLE: outer loops scattered jointly with `via`
+
+    @property
+    def span(self) -> tuple[int, ...]:
+        """ASSEMBLE: every loop it assembles over, outermost first (``via`` last)."""
+        return self.also + ((self.via,) if self.via >= 0 else ())
 
     def key(self) -> tuple:
         return (self.kind, self.value, self.sliced, self.partial, self.scope, self.operands,
-                self.source, self.via, self.owner)
+                self.source, self.via, self.owner, self.also)
 
     def loops(self) -> set[int]:
-        return {l for _, l in self.sliced} | set(self.partial) | set(self.scope) | (
-            {self.via} if self.via >= 0 else set())
+        return {l for _, l in self.sliced} | set(self.partial) | set(self.scope) | set(self.span)
 
     def describe(self) -> str:
         sl = ",".join(f"{p}/L{l}" for p, l in self.sliced)
@@ -55,7 +61,7 @@ class Form:
         if self.partial:
             bits.append(f"partial[{','.join(f'L{l}' for l in self.partial)}]")
         if self.kind is FormKind.ASSEMBLE:
-            bits.append(f"<- f{self.source} over L{self.via}")
+            bits.append(f"<- f{self.source} over {'+'.join(f'L{l}' for l in self.span)}")
         elif self.operands:
             bits.append(f"<- {' '.join(f'f{o}' for o in self.operands)}")
         return " ".join(bits)
@@ -124,12 +130,20 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
                         sliced=sliced_on(chain), partial=contracted, scope=chain,
                         operands=tuple(results[c] for c in node.children), first=tp.first[n])
             builds[n] = fid
-            for j in range(len(tp.opens[n]), 0, -1):
-                outer = ctx + tp.opens[n][: j - 1]
+            opens = tp.opens[n]
+            j = len(opens)
+            while j > 0:
+                # a run of external loops scatters jointly: one destination, no
+                # intermediate forms between them
+                i = j - 1
+                while i > 0 and _external(loops, opens[i - 1]) and _external(loops, opens[j - 1]):
+                    i -= 1
+                outer = ctx + opens[:i]
                 fid = b.add(kind=FormKind.ASSEMBLE, value=node.value, term=tp.value,
                             sliced=sliced_on(outer),
                             partial=tuple(l for l in contracted if l in outer),
-                            scope=outer, source=fid, via=tp.opens[n][j - 1])
+                            scope=outer, source=fid, via=opens[j - 1], also=opens[i : j - 1])
+                j = i
             results[n] = fid
 
         visit(tree.root, ())
@@ -153,6 +167,10 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
     for root in forest.roots:
         sum_form(root.value)
     return b.forms, terms
+
+
+def _external(loops, lid: int) -> bool:
+    return loops[lid].kind is LoopKind.EXTERNAL
 
 
 @dataclass(frozen=True)

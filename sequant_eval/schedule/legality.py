@@ -74,7 +74,7 @@ def analyze_legality(rich: RichSchedule) -> LegalitySchedule:
         if f.kind is FormKind.ASSEMBLE:
             continue
         chain = sorted(chain_of.get(f.id, []), key=lambda a: len(forms[a].scope), reverse=True)
-        escapes = {forms[a].via: a for a in chain}
+        escapes = {loop: a for a in chain for loop in forms[a].span}
         sliced = {l for _, l in f.sliced}
         roles: dict[int, Role] = {}
         for loop in f.scope:

@@ -93,15 +93,15 @@ def form_paths(rich: RichSchedule) -> list[Path]:
     forms = rich.forms
     order = sorted(range(len(forms)), key=lambda f: rich.rank[f])
     reads = [list(f.operands) + ([f.source] if f.source >= 0 else []) for f in forms]
-    escapes = {(forms[f].source, forms[f].via) for f in range(len(forms))
-               if forms[f].kind is FormKind.ASSEMBLE}
+    escapes = {(forms[f].source, loop) for f in range(len(forms))
+               if forms[f].kind is FormKind.ASSEMBLE for loop in forms[f].span}
     passes: list[dict[int, int]] = [dict() for _ in forms]
     for fid in order:
         for loop in forms[fid].scope:
             p = 0
             for r in reads[fid]:
                 src = forms[r]
-                if src.kind is FormKind.ASSEMBLE and src.via == loop:
+                if src.kind is FormKind.ASSEMBLE and loop in src.span:
                     p = max(p, passes[src.source].get(loop, 0) + 1)
                 elif loop in src.scope:
                     p = max(p, passes[r][loop])
@@ -303,6 +303,6 @@ def well_formed(sched: OrderedSchedule) -> None:
         src = forms[forms[fid].source]
         if src.kind is FormKind.ASSEMBLE:
             inner = escapes[src.id]
-            if inner[:-1] != path or len(inner) != len(path) + 1:
+            if inner[: len(path)] != path or len(inner) != len(path) + len(src.span):
                 raise ScheduleError(f"escape chain of v{src.value} is broken: f{src.id} leaves "
                                     f"{inner} but f{fid} forwards it from {path}")

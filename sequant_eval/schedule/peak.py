@@ -117,9 +117,10 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
         if p.kind == "close":
             close_of[p.path] = k
     depth_of = {f.id: len(f.scope) for f in forms}
+    alloc = allocations(sched)
     for k, p in enumerate(points):
         if p.kind == "open":
-            for o in _outputs_at(sched, p.path):
+            for o in alloc.get(p.path, ()):
                 start[o] = k
         elif p.kind == "build" and p.entry <= 0:
             start.setdefault(p.form, k)
@@ -136,11 +137,25 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
             for f in forms]
 
 
-def _outputs_at(sched: OrderedSchedule, path: tuple) -> list[int]:
-    block = sched.root
-    for item in path:
-        block = next(s for s in block.steps if isinstance(s, ScopeBlock) and s.path_item == item)
-    return [o.form for o in block.outputs]
+def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:
+    """Block path → the assembled forms allocated when that block opens.
+
+    An assembled form is the destination of its output block's batches; it is allocated
+    when the outermost loop it assembles over opens (a joint scatter over several loops
+    writes into one destination allocated at the outermost of them)."""
+    out: dict[tuple, list[int]] = defaultdict(list)
+
+    def walk(block: ScopeBlock, path: tuple) -> None:
+        for s in block.steps:
+            if isinstance(s, ScopeBlock):
+                inner = path + (s.path_item,)
+                walk(s, inner)
+                for o in s.outputs:
+                    depth = len(sched.forms[o.form].scope) + 1
+                    out[inner[:depth]].append(o.form)
+
+    walk(sched.root, ())
+    return out
 
 
 def peak_profile_sweep(cells: list[Liveness], num_points: int) -> PeakProfile:
@@ -175,11 +190,12 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
     size = {f.id: footprint(f, forest, shapes, sched.loops, itemsize) for f in forms}
     live: dict[int, int] = {}
     pending: dict[tuple, list[int]] = defaultdict(list)
+    alloc = allocations(sched)
     best, at, snapshot = 0, 0, ()
     for k, p in enumerate(points):
         freed: list[int] = []
         if p.kind == "open":
-            for o in _outputs_at(sched, p.path):
+            for o in alloc.get(p.path, ()):
                 live[o] = size[o]
         elif p.kind == "build" and p.entry <= 0 and p.form not in live:
             live[p.form] = size[p.form]
