@@ -83,6 +83,16 @@ class NumpyBackend:
     def zeros(self, shape: tuple[int, ...]):
         return np.zeros(shape)
 
+    def take(self, block, index: tuple[slice, ...], shape: tuple[int, ...]):
+        """One batch of a leaf block, as its own contiguous array."""
+        return np.ascontiguousarray(block[index])
+
+    def add_into(self, acc, part) -> None:
+        acc += part
+
+    def write_into(self, dest, index: tuple[slice, ...], part) -> None:
+        dest[index] = part
+
     def nbytes(self, x) -> int:
         return int(x.nbytes)
 
@@ -118,6 +128,19 @@ class DryRunBackend:
 
     def zeros(self, shape: tuple[int, ...]) -> DryArray:
         return DryArray(shape, self.itemsize)
+
+    def take(self, block, index, shape: tuple[int, ...]) -> DryArray:
+        return DryArray(shape, self.itemsize)
+
+    def add_into(self, acc, part) -> None:
+        if acc.shape != part.shape:
+            raise ValueError(f"dry run: adding {part.shape} into {acc.shape}")
+
+    def write_into(self, dest, index, part) -> None:
+        want = tuple((s.stop - s.start) if s.start is not None else n
+                     for s, n in zip(index, dest.shape))
+        if want != part.shape:
+            raise ValueError(f"dry run: writing {part.shape} into a {want} window")
 
     def nbytes(self, x: DryArray) -> int:
         return x.nbytes

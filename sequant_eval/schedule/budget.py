@@ -33,7 +33,10 @@ def _attempt(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     budgets = {v: budget for v in forest.trees}
     best = None
     for _ in range(_ROUNDS):
-        plan = replace(planner.plan(budgets), share_leaves=False)
+        try:
+            plan = replace(planner.plan(budgets), share_leaves=False)
+        except InfeasibleBudget:
+            return None, best if best is not None else budget
         a = analyze_schedule(forest, plan)
         if best is None or a.peak_bytes < best:
             best = a.peak_bytes
@@ -75,10 +78,7 @@ def fit_forest(forest: Forest, extents: Mapping[str, int],
     for _ in range(12):            # find a budget that fits, then bisect down to 1 %
         probe = probe * 2 if hi is None else (lo + hi) / 2
         p = replace(policy, budget=probe)
-        try:
-            ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
-        except InfeasibleBudget:
-            ok = None
+        ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
         if ok is None:
             lo = probe
         else:

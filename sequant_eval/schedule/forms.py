@@ -8,7 +8,7 @@ value, same slicing by the same loops, same scope) are one array.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..forest.values import Forest, ValueKind
 from ..plan.dp import prefix_for
@@ -80,14 +80,20 @@ class _Builder:
     def __init__(self) -> None:
         self.forms: list[Form] = []
         self.index: dict[tuple, int] = {}
+        self.alias: dict[int, int] = {}      # leaf form → first leaf form of that block
 
     def add(self, **kw) -> int:
         probe = Form(-1, **kw)
-        fid = self.index.get(probe.key())
+        # a contraction is one form whichever term's fetch of a leaf it reads
+        key = probe.key() if probe.kind is FormKind.LEAF else replace(
+            probe, operands=tuple(self.alias.get(o, o) for o in probe.operands)).key()
+        fid = self.index.get(key)
         if fid is None:
             fid = len(self.forms)
             self.forms.append(Form(fid, **kw))
-            self.index[probe.key()] = fid
+            self.index[key] = fid
+            if probe.kind is FormKind.LEAF:
+                self.alias[fid] = self.index.setdefault(replace(probe, owner=-1).key(), fid)
         return fid
 
 
@@ -166,7 +172,31 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
 
     for root in forest.roots:
         sum_form(root.value)
-    return b.forms, terms
+    return _prune(b.forms, terms, [sums[r.value] for r in forest.roots])
+
+
+def _prune(forms: list[Form], terms: dict[int, TermForms],
+           roots: list[int]) -> tuple[list[Form], dict[int, TermForms]]:
+    """Drop forms nothing reads (a term's own fetches for a contraction another term
+    already made) and renumber the rest, order kept."""
+    keep: set[int] = set()
+    stack = list(roots)
+    while stack:
+        f = stack.pop()
+        if f in keep:
+            continue
+        keep.add(f)
+        stack.extend(forms[f].operands)
+        if forms[f].source >= 0:
+            stack.append(forms[f].source)
+    new = {old: k for k, old in enumerate(sorted(keep))}
+    out = [replace(forms[old], id=new[old],
+                   operands=tuple(new[o] for o in forms[old].operands),
+                   source=new[forms[old].source] if forms[old].source >= 0 else -1)
+           for old in sorted(keep)]
+    mapped = {v: TermForms(v, tuple(new.get(x, -1) for x in t.results),
+                           tuple(new.get(x, -1) for x in t.builds)) for v, t in terms.items()}
+    return out, mapped
 
 
 def _external(loops, lid: int) -> bool:

@@ -132,6 +132,8 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
         src = forms[points[k].form].operands[0]
         end[src] = k - 1
     final = len(points) - 1
+    for f in forms:
+        start.setdefault(f.id, final)        # a sum whose terms all cancelled: zeros at the end
     return [Liveness(f.id, footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
                      end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
             for f in forms]
