@@ -12,6 +12,7 @@ from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .runtime import Meter, Program, TensorSource, compile_program, execute, get_backend
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
+from .schedule.budget import fit_forest
 
 __all__ = ["Evaluator", "Report", "evaluate", "analyze", "resolve_policy"]
 
@@ -80,11 +81,25 @@ class Evaluator:
     """Equations compiled once for given extents; evaluate many times (e.g. CC iterations)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
-                 budget=None, policy: BatchPolicy | None = None) -> None:
+                 budget=None, policy: BatchPolicy | None = None, persist: bool = False) -> None:
         self.equations = _as_equations(eqs)
         self.extents = check_extents(extents)
         self.policy = resolve_policy(budget, policy, self.extents)
+        self.persist = persist
         self.program = _compile(self.equations, tuple(self.extents.items()))
+        self._batched = None
+
+    @property
+    def batched(self):
+        """The fitted schedule as a runnable program (planned on first use; raises
+        InfeasibleBudget before any array is touched)."""
+        if self._batched is None:
+            from .runtime.batched import BatchedProgram
+
+            policy = self.policy or BatchPolicy()
+            self._batched = BatchedProgram(fit_forest(self.forest, self.extents, policy),
+                                           policy.volatile, self.persist)
+        return self._batched
 
     @property
     def forest(self) -> Forest:
@@ -97,13 +112,18 @@ class Evaluator:
 
     def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
                  return_meter: bool = False):
-        if self.policy is not None and self.policy.finite:
-            raise UnsupportedFeature(
-                "batched execution under a finite budget is not implemented yet; "
-                "se.analyze gives the planned schedule and its predicted peak")
+        """``{equation: array}``; batched through the fitted schedule when a policy (or a
+        finite budget) is in force, else the unbatched walk."""
         be = get_backend(backend)
-        source = TensorSource(self.forest, tensors, self.extents)
-        results, meter = execute(self.program, be, source)
+        if self.policy is not None or self.persist:
+            from .runtime.batched import run_batched
+
+            program = self.batched
+            source = TensorSource(self.forest, tensors, self.extents)
+            results, meter = run_batched(program, be, source)
+        else:
+            source = TensorSource(self.forest, tensors, self.extents)
+            results, meter = execute(self.program, be, source)
         return (results, meter) if return_meter else results
 
     def analyze(self, itemsize: int = 8) -> Report:
@@ -114,7 +134,7 @@ class Evaluator:
             return Report(meter.peak_bytes, meter.flops, meter.flops, meter.peak_step,
                           meter.live_at_peak, (), self.forest, meter=meter,
                           program=self.program)
-        a = analyze_schedule(self.forest, self.plan())
+        a = self.batched.analysis
         return Report(a.peak_bytes, a.flops, meter.flops, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
                       self.forest, schedule=a, program=self.program)
@@ -127,7 +147,10 @@ def _compile(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ..
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None):
-    """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order)."""
+    """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order).
+
+    With a budget (or a policy) the evaluation runs batched so that its peak memory stays
+    within the budget; an infeasible budget raises InfeasibleBudget before any work."""
     return Evaluator(eqs, extents, budget, policy).evaluate(tensors, backend)
 
 

@@ -46,7 +46,9 @@ class BatchedProgram:
         self.moved = {(points[k].form, points[k].entry) for k in moves(self.sched, self.forest,
                                                                         points)}
         self.plans: dict[tuple, object] = {}
-        self.roots = {f.id for f in self.sched.forms if f.kind is FormKind.SUM}
+        results = {r.value for r in self.forest.roots}
+        self.roots = {f.id for f in self.sched.forms
+                      if f.kind is FormKind.SUM and f.value in results}
         self.store: dict[int, object] = {}        # persistent forms kept across runs
         self.skip = self._skippable() if persist else set()
         # once persistent forms are stored, skipped readers forgo their reads
@@ -233,7 +235,7 @@ class _Run:
                 self.live -= self.sizes.pop(src_id)
                 del self.arrays[src_id]
                 self.remaining[src_id] = 0
-            self._hold(step.form, out, life=0)
+            self._hold(step.form, out)
             self.builds[step.form] = 1
         if not move:
             self._read(src_id)

@@ -73,20 +73,27 @@ def fit_forest(forest: Forest, extents: Mapping[str, int],
     found, _ = _attempt(forest, extents, policy, planner)
     if found is not None:
         return found
-    lo, hi = policy.budget_bytes, None
+    lo, hi, best = policy.budget_bytes, None, None
     probe = policy.budget_bytes
-    for _ in range(12):            # find a budget that fits, then bisect down to 1 %
+    for _ in range(14):            # find a budget that fits, then bisect down to 1 %
         probe = probe * 2 if hi is None else (lo + hi) / 2
         p = replace(policy, budget=probe)
         ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
         if ok is None:
             lo = probe
         else:
-            hi = ok.peak_bytes
+            hi, best = probe, ok
         if hi is not None and hi - lo <= 0.01 * hi:
             break
-    need = hi if hi is not None else probe
     budget = policy.budget_bytes
+    if best is None:
+        raise InfeasibleBudget(
+            f"budget {format_bytes(budget)} ({budget:.0f} B) cannot be met: no plan fits even "
+            f"{format_bytes(probe)}", budget, float("inf"))
+    need = int(hi) + 1
+    term = _active_term(best, best.profile.binding_point)
+    where = forest.trees[term].where if term is not None else "the equation sums"
     raise InfeasibleBudget(
-        f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest forest peak "
-        f"the planner can meet, about {format_bytes(need)} ({need:.0f} B)", budget, need)
+        f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest forest peak the "
+        f"planner can meet, {format_bytes(need)} ({need} B); there the peak is reached while "
+        f"evaluating {where}", budget, need)

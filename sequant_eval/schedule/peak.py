@@ -78,6 +78,8 @@ def schedule_points(sched: OrderedSchedule) -> list[Point]:
 
 def _reads_of(p: Point, sched: OrderedSchedule) -> list[int]:
     forms = sched.forms
+    if p.kind == "skip":
+        return []
     if p.kind == "build":
         form = forms[p.form]
         if p.entry >= 0:
@@ -107,8 +109,15 @@ def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[in
 
 
 def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
-             points: list[Point] | None = None) -> list[Liveness]:
+             points: list[Point] | None = None, kept: frozenset[int] = frozenset(),
+             stored: frozenset[int] = frozenset(),
+             skipped: frozenset[int] = frozenset()) -> list[Liveness]:
+    """Live interval of every form. For repeated evaluation: ``kept`` forms stay to the
+    end (they persist), ``stored`` ones are present from the start (made by an earlier
+    evaluation) and ``skipped`` ones are not made at all (only stored forms need them)."""
     points = schedule_points(sched) if points is None else points
+    points = [p if p.form not in skipped and p.form not in stored else Point("skip", p.path)
+              for p in points]
     forms = sched.forms
     start: dict[int, int] = {}
     end: dict[int, int] = {}
@@ -121,7 +130,8 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
     for k, p in enumerate(points):
         if p.kind == "open":
             for o in alloc.get(p.path, ()):
-                start[o] = k
+                if o not in skipped and o not in stored:
+                    start[o] = k
         elif p.kind == "build" and p.entry <= 0:
             start.setdefault(p.form, k)
         for r in _reads_of(p, sched):
@@ -134,9 +144,13 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
     final = len(points) - 1
     for f in forms:
         start.setdefault(f.id, final)        # a sum whose terms all cancelled: zeros at the end
+    for f in stored:
+        start[f] = 0
+    for f in kept | stored:
+        end[f] = final
     return [Liveness(f.id, footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
                      end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
-            for f in forms]
+            for f in forms if f.id not in skipped]
 
 
 def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:

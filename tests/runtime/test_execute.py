@@ -118,10 +118,15 @@ def test_composite_indices_are_refused_numerically_but_dry_run_works():
         se.evaluate(text, {"C": lambda s: None, "f": lambda s: None}, ext)
 
 
-def test_finite_budget_execution_is_refused_not_ignored(data):
-    """Batched execution is not built yet: a finite budget must not be silently ignored."""
-    with pytest.raises(se.UnsupportedFeature, match="budget"):
-        se.evaluate(TEXT, _tensors(data), EXTENTS, budget=1e6)
+def test_finite_budget_runs_batched_and_exact(data):
+    """Oracle: the unbatched evaluation of the same equations."""
+    full = se.evaluate(TEXT, _tensors(data), EXTENTS)
+    peak = se.analyze(TEXT, EXTENTS).peak_bytes
+    ev = se.Evaluator(TEXT, EXTENTS, budget=0.6 * peak)
+    out, meter = ev.evaluate(_tensors(data), return_meter=True)
+    assert meter.peak_bytes == ev.analyze().peak_bytes <= 0.6 * peak
+    for name in full:
+        np.testing.assert_allclose(out[name], full[name], rtol=1e-12, atol=1e-13)
 
 
 def test_cancelling_terms_give_zeros(data):
