@@ -156,34 +156,55 @@ def _shape(form: Form) -> tuple:
             len(form.scope), len(form.span))
 
 
+def _fuse(forms: list[Form], loops, accept) -> _UnionFind:
+    """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow."""
+    uf = _UnionFind(l.id for l in loops)
+    seen: dict[tuple, list[Form]] = defaultdict(list)
+    canon = None
+    for form in forms:
+        if not (form.scope or form.span):
+            continue
+        for other in seen[_shape(form)]:
+            if other.term == form.term:
+                continue
+            if canon is None:
+                canon, _ = _canonical(forms, uf)
+            if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
+                continue
+            if other.source >= 0 and canon[other.source] != canon[form.source]:
+                continue
+            trial = _try_fuse(form, other, loops, uf, forms)
+            if trial is not None and accept(trial):
+                uf, canon = trial, None
+                break
+        seen[_shape(form)].append(form)
+    return uf
+
+
+def _sequencable(rich: RichSchedule) -> bool:
+    from .ordered import build_ordered_schedule
+
+    try:
+        build_ordered_schedule(rich)
+    except ScheduleError:
+        return False
+    return True
+
+
 def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
-    uf = _UnionFind(l.id for l in loops)
-    seen: dict[tuple, list[Form]] = defaultdict(list)
-    for form in forms:
-        if form.scope or form.span:
-            canon, _ = _canonical(forms, uf)
-            for other in seen[_shape(form)]:
-                if other.term == form.term:
-                    continue
-                if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
-                    continue
-                if other.source >= 0 and canon[other.source] != canon[form.source]:
-                    continue
-                trial = _try_fuse(form, other, loops, uf, forms)
-                if trial is not None:
-                    uf = trial
-                    break
-            seen[_shape(form)].append(form)
-    rich = _finish(forest, forms, terms, loops, uf)
-    try:
-        from .ordered import form_paths
-        form_paths(rich)
-    except ScheduleError:
-        # a fusion left a reader in a later pass than a per-batch form it needs:
-        # fall back to unfused loops, which never need passes
-        rich = _finish(forest, forms, terms, loops, _UnionFind(l.id for l in loops))
+
+    def finish(uf: _UnionFind) -> RichSchedule:
+        return _finish(forest, forms, terms, loops, uf)
+
+    rich = finish(_fuse(forms, loops, lambda uf: True))
+    if not _sequencable(rich):
+        # some fusion forces a cycle between a block and what it needs, or a reader into
+        # a later pass than a per-batch form it reads: fuse again, checking each fusion
+        rich = finish(_fuse(forms, loops, lambda uf: _sequencable(finish(uf))))
+        if not _sequencable(rich):
+            rich = finish(_UnionFind(l.id for l in loops))
     return rich
 
 
