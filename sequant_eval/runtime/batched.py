@@ -73,6 +73,19 @@ class BatchedProgram:
                     changed = True
         return skip - self.persistent
 
+    def predicted_peak(self, warm: bool = False) -> int:
+        """Static peak of one evaluation; ``warm``: with persistent forms already stored
+        (every evaluation after the first when persistence is on)."""
+        from ..schedule.peak import liveness, peak_profile_sweep
+
+        a = self.analysis
+        points = schedule_points(self.sched)
+        cells = liveness(self.sched, self.forest, a.shapes, a.plan.policy.itemsize, points,
+                         kept=frozenset(self.persistent),
+                         stored=frozenset(self.persistent) if warm else frozenset(),
+                         skipped=frozenset(self.skip) if warm else frozenset())
+        return peak_profile_sweep(cells, len(points)).peak_bytes
+
     def plan_for(self, vid: int, out_shape, a_shape, b_shape):
         key = (vid, out_shape, a_shape, b_shape)
         plan = self.plans.get(key)
@@ -139,6 +152,10 @@ class _Run:
             shape[pos] = hi - lo
         return tuple(shape)
 
+    def _skipped(self, fid: int) -> bool:
+        """Stored by an earlier evaluation, or needed only to make stored forms."""
+        return self.warm and (fid in self.p.store or fid in self.p.skip)
+
     # -- steps ---------------------------------------------------------------------------------
     def run(self):
         self._block(self.p.sched.root, ())
@@ -165,7 +182,7 @@ class _Run:
     def _loop(self, block: ScopeBlock, path: tuple) -> None:
         loop = self.p.sched.loops[block.loop]
         for fid in self.p.alloc.get(path, ()):
-            if fid in self.p.skip or fid in self.p.store:
+            if self._skipped(fid):
                 continue
             self.ctx[block.loop] = (0, loop.extent)    # destinations span the whole loop
             shape = self._shape(fid)
@@ -175,7 +192,7 @@ class _Run:
             self.ctx[block.loop] = (lo, hi)
             self._block(block, path)
             for out in block.outputs:
-                if out.form in self.p.skip or out.form in self.p.store:
+                if self._skipped(out.form):
                     continue
                 f = self.forms[out.form]
                 part = self._read(f.source)
@@ -195,7 +212,7 @@ class _Run:
 
     def _build(self, step: BuildStep) -> None:
         f = self.forms[step.form]
-        if step.form in self.p.skip or step.form in self.p.store:
+        if self._skipped(step.form):
             return
         if f.kind is FormKind.SUM:
             self._accumulate(step)
