@@ -30,7 +30,8 @@ def _extents(items: Sequence[str]) -> dict[str, int]:
 def _cmd_ccsd(args: argparse.Namespace) -> int:
     from .chem.ccsd import run_ccsd
 
-    run = run_ccsd(args.molecule, args.basis, args.backend, max_iter=args.max_iter)
+    run = run_ccsd(args.molecule, args.basis, args.backend, max_iter=args.max_iter,
+                   budget=args.budget)
     print(run.summary())
     return 0 if run.result.converged else 1
 
@@ -80,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--basis", default="cc-pvdz")
     p.add_argument("--backend", default="numpy", choices=["numpy"])
     p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--budget", default=None,
+                   help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "
+                        "peak (25%%)")
     p.set_defaults(func=_cmd_ccsd)
     p = sub.add_parser("analyze", help="dry run: peak memory and flops of equation files")
     p.add_argument("files", nargs="+")

@@ -32,6 +32,7 @@ class CCSDRun:
     seconds_per_iteration: float
     nocc: int
     nvir: int
+    budget: float | None = None
 
     @property
     def e_corr(self) -> float:
@@ -49,11 +50,14 @@ class CCSDRun:
             f"  iterations   = {self.result.iterations} "
             f"({'converged' if self.result.converged else 'NOT converged'}), "
             f"{self.seconds_per_iteration * 1e3:.1f} ms per residual",
-            "memory report (one residual evaluation):",
+            "memory report (one residual evaluation"
+            + (f", budget {format_bytes(self.budget)}):" if self.budget else "):"),
             f"  predicted peak  {format_bytes(p.peak_bytes)} ({p.peak_bytes} B, dry run)",
             f"  measured peak   {format_bytes(m.peak_bytes)} ({m.peak_bytes} B, NumPy "
             f"accounted) -> {match}",
-            f"  flops/iteration {format_flops(m.flops)}",
+            f"  flops/iteration {format_flops(m.flops)}"
+            + (f" (recompute overhead {p.recompute_overhead:.3f}x, {len(p.loops)} loops)"
+               if p.loops else ""),
             f"  forest: {p.program.forest.binary_contractions} binary contractions -> "
             f"{p.program.forest.distinct_contractions} distinct values",
         ])
@@ -77,9 +81,14 @@ def residual_function(ints: SpinOrbitalIntegrals, evaluator: Evaluator | None = 
 
 def run_ccsd(molecule: str = "water", basis: str = "cc-pvdz", backend: str = "numpy",
              conv_energy: float = 1e-10, conv_residual: float = 1e-8,
-             max_iter: int = 100) -> CCSDRun:
+             max_iter: int = 100, budget=None) -> CCSDRun:
+    """Solve CCSD; with a ``budget`` (bytes, "25MB", or a fraction such as "25%" of the
+    unbatched peak) every residual runs batched within it."""
     ints = SpinOrbitalIntegrals.from_molecule(molecule, basis)
-    ev = Evaluator(ccsd_equations(), ints.extents)
+    if isinstance(budget, str) and budget.strip().endswith("%"):
+        top = Evaluator(ccsd_equations(), ints.extents).analyze().peak_bytes
+        budget = top * float(budget.strip()[:-1]) / 100
+    ev = Evaluator(ccsd_equations(), ints.extents, budget=budget, persist=budget is not None)
     meters: list[Meter] = []
     residual = residual_function(ints, ev, backend, meters)
     start = time.perf_counter()
@@ -87,4 +96,5 @@ def run_ccsd(molecule: str = "water", basis: str = "cc-pvdz", backend: str = "nu
                       conv_residual=conv_residual, max_iter=max_iter)
     elapsed = time.perf_counter() - start
     return CCSDRun(molecule, basis, ints.e_hf, result, ev.analyze(), meters[-1],
-                   elapsed / max(1, result.iterations), ints.nocc, ints.nvir)
+                   elapsed / max(1, result.iterations), ints.nocc, ints.nvir,
+                   ev.policy.budget_bytes if ev.policy else None)
