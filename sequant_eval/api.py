@@ -9,6 +9,7 @@ from .errors import SequantEvalError, UnsupportedFeature
 from .expr import Equation, check_extents, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
+from .plan.regime import Regime
 from .runtime import Meter, Program, TensorSource, compile_program, execute, get_backend
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
@@ -80,13 +81,20 @@ class Report:
 class Evaluator:
     """Equations compiled once for given extents; evaluate many times (e.g. CC iterations)."""
 
-    def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
-                 budget=None, policy: BatchPolicy | None = None, persist: bool = False) -> None:
+    def __init__(self, eqs: str | Equation | Sequence[Equation],
+                 extents: Mapping[str, int] | Regime, budget=None,
+                 policy: BatchPolicy | None = None, persist: bool = False) -> None:
         self.equations = _as_equations(eqs)
-        self.extents = check_extents(extents)
+        if isinstance(extents, Regime):
+            self.regime = Regime(check_extents(extents.extents), dict(extents.moments),
+                                 extents.name)
+        else:
+            self.regime = Regime.from_extents(check_extents(extents))
+        self.extents = self.regime.extents
         self.policy = resolve_policy(budget, policy, self.extents)
         self.persist = persist
-        self.program = _compile(self.equations, tuple(self.extents.items()))
+        self.program = _compile(self.equations, tuple(self.extents.items()),
+                                tuple(sorted(self.regime.moments.items())))
         self._batched = None
 
     @property
@@ -97,7 +105,7 @@ class Evaluator:
             from .runtime.batched import BatchedProgram
 
             policy = self.policy or BatchPolicy()
-            self._batched = BatchedProgram(fit_forest(self.forest, self.extents, policy),
+            self._batched = BatchedProgram(fit_forest(self.forest, self.regime, policy),
                                            policy.volatile, self.persist)
         return self._batched
 
@@ -107,8 +115,8 @@ class Evaluator:
 
     def plan(self) -> BatchPlan:
         policy = self.policy or BatchPolicy()
-        checker = term_peak(self.forest, BatchPlan(policy, self.extents, (), ()))
-        return plan_forest(self.forest, self.extents, policy, exact=checker)
+        checker = term_peak(self.forest, BatchPlan(policy, self.regime, (), ()))
+        return plan_forest(self.forest, self.regime, policy, exact=checker)
 
     def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
                  return_meter: bool = False):
@@ -129,6 +137,14 @@ class Evaluator:
     def analyze(self, itemsize: int = 8) -> Report:
         from .runtime import DryRunBackend
 
+        if self.regime.moments:     # composite sizes: only the schedule sizes them
+            a = self.batched.analysis
+            unbatched = analyze_schedule(
+                self.forest, plan_forest(self.forest, self.regime, BatchPolicy())).flops
+            return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
+                          a.profile.live_at_binding,
+                          tuple(a.rich.loops[l] for l in sorted(a.rich.loops)), self.forest,
+                          schedule=a, program=self.program)
         _, meter = execute(self.program, DryRunBackend(itemsize))
         if self.policy is None:
             return Report(meter.peak_bytes, meter.flops, meter.flops, meter.peak_step,
@@ -141,8 +157,11 @@ class Evaluator:
 
 
 @lru_cache(maxsize=16)
-def _compile(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...]) -> Program:
-    return compile_program(build_forest(equations, dict(extents)), dict(extents))
+def _compile(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
+             moments: tuple = ()) -> Program:
+    regime = Regime(dict(extents), dict(moments))
+    return compile_program(build_forest(equations, regime if moments else dict(extents)),
+                           dict(extents))
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],

@@ -54,8 +54,9 @@ class _Interner:
 
     def leaf(self, t: Tensor, where: str) -> Occurrence:
         spaces = tuple(mode_space(ix) for ix in t.slots)
-        vid = self._add(("leaf", t.name, spaces),
-                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=t.name))
+        groups = _groups(t.slots)
+        vid = self._add(("leaf", t.name, spaces, groups),
+                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=t.name, groups=groups))
         self.leaf_users.setdefault(vid, where)
         return Occurrence(vid, t.slots)
 
@@ -75,21 +76,35 @@ class _Interner:
         spaces = tuple(mode_space(ix) for ix in labels)
         vid = self._add(key, lambda i: Value(
             i, ValueKind.CONTRACT, spaces, left=Operand(key[1], key[2]),
-            right=Operand(key[3], key[4]), result=key[5]))
+            right=Operand(key[3], key[4]), result=key[5], groups=_groups(labels)))
         return Occurrence(vid, labels), pick == 1
 
-    def sum(self, name: str, spaces: tuple[str, ...], entries: dict) -> int:
+    def sum(self, name: str, spaces: tuple[str, ...], entries: dict,
+            groups: tuple[int, ...] = ()) -> int:
         merged = tuple(SumEntry(c, v, p) for (v, p), c in entries.items() if c != 0)
         vid = len(self.values)
-        self.values.append(Value(vid, ValueKind.SUM, spaces, entries=merged, name=name))
+        self.values.append(Value(vid, ValueKind.SUM, spaces, entries=merged, name=name,
+                                 groups=groups))
         return vid
 
     def size(self, ix: Index, where: str) -> int:
+        """Extent for the path search (a composite: its mean domain size, rounded)."""
         try:
+            if ix.protos and hasattr(self.extents, "label_sizes"):
+                return max(1, round(self.extents.label_sizes([ix])[0]))
+            if hasattr(self.extents, "plain"):
+                return self.extents.plain(mode_space(ix))
             return mode_extent(mode_space(ix), self.extents)
         except KeyError:
             raise UnknownSpace(f"index {ix} in {where}: space {ix.space!r} has no extent "
                                f"(known spaces: {', '.join(self.extents) or 'none'})") from None
+
+
+def _groups(labels) -> tuple[int, ...]:
+    """Per mode: -1 for a plain index, else the position of the first composite mode with
+    the same proto set (composite modes sharing protos are sized together)."""
+    protos = [ix.protos for ix in labels]
+    return tuple(-1 if not p else protos.index(p) for p in protos)
 
 
 def _numbering(a: Occurrence, b: Occurrence) -> dict[Index, int]:
@@ -189,8 +204,11 @@ def _perm_to(occ: Occurrence, result: tuple[Index, ...]) -> tuple[int, ...]:
     return tuple(occ.labels.index(ix) for ix in result)
 
 
-def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> Forest:
-    """Binarize and intern ``equations`` into one forest (one SUM root per equation)."""
+def build_forest(equations: Sequence[Equation], extents) -> Forest:
+    """Binarize and intern ``equations`` into one forest (one SUM root per equation).
+
+    ``extents`` maps space → extent, or is a Regime (composite modes then sized by their
+    domains' mean for the path search)."""
     interner = _Interner(extents)
     roots = []
     trees: dict[int, TermTree] = {}
@@ -215,11 +233,12 @@ def build_forest(equations: Sequence[Equation], extents: Mapping[str, int]) -> F
             slot = (occ.value, _perm_to(occ, result))
             target[slot] = target.get(slot, Fraction(0)) + product.coefficient
         for g, (expansion, entries) in enumerate(groups.items(), start=1):
-            inner = interner.sum(f"{eq.name}:A{g}", spaces, entries)
+            inner = interner.sum(f"{eq.name}:A{g}", spaces, entries, _groups(result))
             for w, perm in expansion:
                 slot = (inner, perm)
                 direct[slot] = direct.get(slot, Fraction(0)) + w
-        roots.append(Root(eq.name, interner.sum(eq.name, spaces, direct), result))
+        roots.append(Root(eq.name, interner.sum(eq.name, spaces, direct, _groups(result)),
+                          result))
     used = {e.value for v in interner.values if v.kind is ValueKind.SUM for e in v.entries}
     trees = {v: t for v, t in trees.items() if v in used}   # terms that cancelled are gone
     return Forest(tuple(interner.values), tuple(roots), interner.binary_contractions,

@@ -53,6 +53,7 @@ class Value:
     result: tuple[int, ...] = ()            # CONTRACT: label numbers of the result modes
     entries: tuple[SumEntry, ...] = ()      # SUM
     name: str = ""                          # SUM: the equation (or operator group) it builds
+    groups: tuple[int, ...] = ()            # per mode: composite proto-set id, -1 plain
 
     @property
     def rank(self) -> int:

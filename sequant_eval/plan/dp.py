@@ -68,7 +68,7 @@ class TermDP:
     def contraction_flops(self, n: int, chain: tuple[Open, ...]) -> int:
         """2·multiply-adds of node n, times the batches of enclosing loops it does not use."""
         involved = self.involved(n)
-        full = 2 * prod(self.sizer.extent(ix) for ix in involved)
+        full = 2 * prod(self.sizer.sizes(sorted(involved)))
         return full * prod(self.sizer.nbatches(o.label) for o in chain
                            if o.label not in involved)
 

@@ -10,6 +10,7 @@ from ..report.text import format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
 from .policy import BatchPolicy
+from .regime import Regime
 from .sizes import Sizer
 
 __all__ = ["TermPlan", "BatchPlan", "plan_forest"]
@@ -41,7 +42,7 @@ class TermPlan:
 @dataclass(frozen=True)
 class BatchPlan:
     policy: BatchPolicy
-    extents: dict[str, int]
+    extents: Mapping[str, int] | Regime    # what the forest is sized by
     terms: tuple[TermPlan, ...]
     loops: tuple[Loop, ...]
     share_leaves: bool = True      # one fetched block per leaf for the whole forest
@@ -99,7 +100,7 @@ class TermPlanner:
     def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
                  exact: ExactPeak | None = None) -> None:
         self.forest = forest
-        self.extents = dict(extents)
+        self.extents = extents
         self.policy = policy
         self.sizer = Sizer(extents, policy)
         self.exact = exact
@@ -207,4 +208,4 @@ def stamp_plan(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
         tp, new = _term_plan(value, tree, config, sizer, prof, base.flops, prof.peak, len(loops))
         terms.append(tp)
         loops.extend(new)
-    return BatchPlan(policy, dict(extents), tuple(terms), tuple(loops))
+    return BatchPlan(policy, extents, tuple(terms), tuple(loops))

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from math import prod
 
 from ..expr.index import Index, mode_space
-from ..forest.build import mode_extent
 from .policy import BatchPolicy
+from .regime import Regime, footprint_bytes
 
 __all__ = ["Sizer"]
 
@@ -14,13 +13,14 @@ __all__ = ["Sizer"]
 class Sizer:
     """Extents and block sizes of labels; ``bytes(labels, sliced)`` is an array's footprint."""
 
-    def __init__(self, extents: Mapping[str, int], policy: BatchPolicy) -> None:
-        self.extents = dict(extents)
+    def __init__(self, extents: Mapping[str, int] | Regime, policy: BatchPolicy) -> None:
+        self.regime = extents if isinstance(extents, Regime) else Regime.from_extents(extents)
         self.policy = policy
         self.itemsize = policy.itemsize
 
     def extent(self, ix: Index) -> int:
-        return mode_extent(mode_space(ix), self.extents)
+        """Extent of a plain index (the only kind a loop runs over)."""
+        return self.regime.plain(mode_space(ix))
 
     def block(self, ix: Index) -> int:
         return self.policy.block_of(ix.space, self.extent(ix))
@@ -28,8 +28,11 @@ class Sizer:
     def nbatches(self, ix: Index) -> int:
         return self.policy.nbatches(ix.space, self.extent(ix))
 
-    def elements(self, labels: Iterable[Index], sliced: Collection[Index] = ()) -> int:
-        return prod(self.block(ix) if ix in sliced else self.extent(ix) for ix in labels)
+    def sizes(self, labels: Iterable[Index], sliced: Collection[Index] = ()) -> list[float]:
+        """Per-label sizes: sliced labels at block extent, composites by power means."""
+        labels = list(labels)
+        full = self.regime.label_sizes(labels)
+        return [self.block(ix) if ix in sliced else s for ix, s in zip(labels, full)]
 
     def bytes(self, labels: Iterable[Index], sliced: Collection[Index] = ()) -> int:
-        return self.elements(labels, sliced) * self.itemsize
+        return footprint_bytes(self.sizes(labels, sliced), self.itemsize)

@@ -106,11 +106,14 @@ class DryArray:
 
     @property
     def nbytes(self) -> int:
-        return prod(self.shape) * self.itemsize
+        from ..plan.regime import footprint_bytes
+
+        return footprint_bytes(self.shape, self.itemsize)
 
 
 class DryRunBackend:
     name = "dryrun"
+    symbolic = True          # shapes may be mean sizes of composite modes (not integers)
 
     def __init__(self, itemsize: int = 8) -> None:
         self.itemsize = itemsize

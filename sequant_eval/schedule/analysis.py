@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 
-from ..forest.build import mode_extent
+from ..plan.regime import Regime
 from ..forest.values import Forest
 from ..plan.planner import BatchPlan
 from .boulevard import RichSchedule, compute_dag_boulevard
@@ -16,8 +16,10 @@ from .peak import Liveness, PeakProfile, Point, liveness, peak_profile_sweep, sc
 __all__ = ["ScheduleAnalysis", "analyze_schedule", "value_shapes"]
 
 
-def value_shapes(forest: Forest, extents: Mapping[str, int]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(mode_extent(s, extents) for s in v.spaces) for v in forest.values)
+def value_shapes(forest: Forest, extents) -> tuple[tuple[float, ...], ...]:
+    """Per value, per mode: its size (an integer extent, or a composite's power mean)."""
+    regime = extents if isinstance(extents, Regime) else Regime.from_extents(extents)
+    return tuple(regime.mode_sizes(v.spaces, v.groups) for v in forest.values)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
 def fit_forest(forest: Forest, extents: Mapping[str, int],
                policy: BatchPolicy) -> ScheduleAnalysis:
     """Plan and schedule so the forest's swept peak is within the policy's budget."""
-    exact = term_peak(forest, BatchPlan(policy, dict(extents), (), ()))
+    exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
     planner = TermPlanner(forest, extents, policy, exact)
     if not policy.finite:
         return analyze_schedule(forest, planner.plan())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from math import prod
 
 from ..forest.values import Forest
+from ..plan.regime import footprint_bytes
 from .forms import Form, FormKind
 from .ordered import BuildStep, OrderedSchedule, ScopeBlock
 
@@ -53,7 +54,7 @@ def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> i
     shape = list(shapes[form.value])
     for pos, lid in form.sliced:
         shape[pos] = min(loops[lid].block, shape[pos])
-    return prod(shape) * itemsize
+    return footprint_bytes(shape, itemsize)
 
 
 def schedule_points(sched: OrderedSchedule) -> list[Point]:
