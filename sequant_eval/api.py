@@ -54,6 +54,17 @@ class Report:
     meter: Meter | None = None
     program: Program | None = None
 
+    def memory(self, title: str = ""):
+        """The peak-memory report (text, JSON, plot) of a planned dry run."""
+        from .report.memory import memory_report
+
+        if self.schedule is None:
+            raise SequantEvalError("a memory report needs a planned schedule: pass a budget "
+                                   "or a policy to se.analyze")
+        budget = self.schedule.plan.policy.budget_bytes
+        return memory_report(self.schedule, self.unbatched_flops, title,
+                             budget if budget != float("inf") else None)
+
     @property
     def recompute_overhead(self) -> float:
         """Flops relative to the unbatched evaluation (1.0 = no recompute)."""
@@ -83,7 +94,9 @@ class Evaluator:
 
     def __init__(self, eqs: str | Equation | Sequence[Equation],
                  extents: Mapping[str, int] | Regime, budget=None,
-                 policy: BatchPolicy | None = None, persist: bool = False) -> None:
+                 policy: BatchPolicy | None = None, persist: bool = False,
+                 progress=None) -> None:
+        self.progress = progress
         self.equations = _as_equations(eqs)
         if isinstance(extents, Regime):
             self.regime = Regime(check_extents(extents.extents), dict(extents.moments),
@@ -105,8 +118,9 @@ class Evaluator:
             from .runtime.batched import BatchedProgram
 
             policy = self.policy or BatchPolicy()
-            self._batched = BatchedProgram(fit_forest(self.forest, self.regime, policy),
-                                           policy.volatile, self.persist)
+            self._batched = BatchedProgram(
+                fit_forest(self.forest, self.regime, policy, self.progress),
+                policy.volatile, self.persist)
         return self._batched
 
     @property

@@ -61,6 +61,52 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spaces(text: str | None) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
+
+
+def _blocks(text: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in _spaces(text):
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise SequantEvalError(f"--block expects SPACE=N,..., got {item!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .api import Evaluator
+    from .expr import parse
+    from .plan import BatchPolicy
+    from .plan.regime import load_regime
+    from .report.plot import plot_report
+    from .report.progress import Progress
+
+    eqs = []
+    for path in args.files:
+        eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=Path(path).stem)
+    regime = load_regime(args.regime)
+    contracted, external = _spaces(args.contracted), _spaces(args.external)
+    if not contracted and not external:
+        contracted = external = tuple(regime.extents)
+    policy = BatchPolicy(budget=args.budget, contracted=contracted, external=external,
+                         block=_blocks(args.block))
+    progress = Progress()
+    try:
+        rep = Evaluator(eqs, regime, policy=policy, progress=progress).analyze()
+    finally:
+        progress.close()
+    title = f"{', '.join(Path(f).name for f in args.files)} / {regime.name or args.regime}"
+    memory = rep.memory(title)
+    print(memory.to_text(), end="")
+    if args.json:
+        Path(args.json).write_text(memory.to_json() + "\n", encoding="utf-8")
+    if args.plot:
+        plot_report(memory, args.plot)
+    return 0
+
+
 def _cmd_snapshots(args: argparse.Namespace) -> int:
     from .schedule import snapshots
 
@@ -93,6 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")
     p.add_argument("--check", action="store_true", help="only compare, do not write")
     p.set_defaults(func=_cmd_regen)
+    p = sub.add_parser("report", help="peak-memory report of equation files under a budget")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--regime", required=True, help="size regime JSON (data/water20/regime.json)")
+    p.add_argument("--budget", required=True, help="bytes: 25e9, 25GB, 4GiB")
+    p.add_argument("--contracted", help="spaces batchable where summed, e.g. Κ or Κ,i")
+    p.add_argument("--external", help="spaces batchable where open on a result, e.g. i")
+    p.add_argument("--block", help="block sizes, e.g. Κ=256,i=16")
+    p.add_argument("--json", help="write the report as JSON here")
+    p.add_argument("--plot", help="write a PNG of live memory over the schedule here")
+    p.set_defaults(func=_cmd_report)
     p = sub.add_parser("snapshots", help="check (or --update) the schedule snapshots")
     p.add_argument("--update", action="store_true", help="rewrite the stored dumps")
     p.add_argument("--dir", default=None, help="snapshot folder (default: schedules/)")

@@ -98,7 +98,8 @@ class TermPlanner:
     """
 
     def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
-                 exact: ExactPeak | None = None) -> None:
+                 exact: ExactPeak | None = None, progress=None) -> None:
+        self.progress = progress
         self.forest = forest
         self.extents = extents
         self.policy = policy
@@ -160,7 +161,10 @@ class TermPlanner:
         budget = self.policy.budget_bytes
         terms, loops = [], []
         worst: tuple[int, str] | None = None
-        for value in sorted(self.forest.trees):
+        values = sorted(self.forest.trees)
+        for k, value in enumerate(values):
+            if self.progress is not None:
+                self.progress("planning terms", k, len(values))
             own = budgets.get(value, budget) if budgets else budget
             try:
                 tp, new = self.plan_term(value, own)

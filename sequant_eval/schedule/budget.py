@@ -63,11 +63,13 @@ def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
     return None
 
 
-def fit_forest(forest: Forest, extents: Mapping[str, int],
-               policy: BatchPolicy) -> ScheduleAnalysis:
-    """Plan and schedule so the forest's swept peak is within the policy's budget."""
+def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
+               progress=None) -> ScheduleAnalysis:
+    """Plan and schedule so the forest's swept peak is within the policy's budget.
+
+    ``progress(what, done, total)`` is called as planning proceeds (for a progress bar)."""
     exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
-    planner = TermPlanner(forest, extents, policy, exact)
+    planner = TermPlanner(forest, extents, policy, exact, progress)
     if not policy.finite:
         return analyze_schedule(forest, planner.plan())
     found, _ = _attempt(forest, extents, policy, planner)
@@ -78,6 +80,8 @@ def fit_forest(forest: Forest, extents: Mapping[str, int],
     for _ in range(14):            # find a budget that fits, then bisect down to 1 %
         probe = probe * 2 if hi is None else (lo + hi) / 2
         p = replace(policy, budget=probe)
+        if progress is not None:
+            progress("searching the minimum", _, 14)
         ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
         if ok is None:
             lo = probe

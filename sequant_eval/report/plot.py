@@ -1,0 +1,40 @@
+"""A PNG of live bytes over the schedule, with the budget line and the binding point."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .memory import MemoryReport
+
+__all__ = ["plot_report"]
+
+_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def plot_report(report: MemoryReport, path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    top = max([report.peak_bytes, report.budget_bytes or 0, 1])
+    unit, scale = next((u, s) for u, s in _UNITS if top >= s)
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=120)
+    xs = range(len(report.live_bytes))
+    ax.step(xs, [b / scale for b in report.live_bytes], where="mid", color="tab:blue",
+            label="live bytes (predicted)")
+    if report.budget_bytes:
+        ax.axhline(report.budget_bytes / scale, color="tab:red", linestyle="--",
+                   label=f"budget {report.budget_bytes / scale:.3g} {unit}")
+    ax.plot([report.binding_point], [report.peak_bytes / scale], "o", color="black",
+            label=f"peak {report.peak_bytes / scale:.3g} {unit} at point {report.binding_point}")
+    ax.set_xlabel("schedule point (one iteration per block)")
+    ax.set_ylabel(f"live memory [{unit}]")
+    ax.set_title(report.title or "memory over the schedule")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
