@@ -82,6 +82,7 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
     canon: list[int] = []
     out: list[Form] = []
     index: dict[tuple, int] = {}
+    alias: dict[int, int] = {}        # leaf fetched per term → first fetch of that block
     for form in forms:
         new = replace(
             form, id=-1,
@@ -92,12 +93,37 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
             source=canon[form.source] if form.source >= 0 else -1,
             via=f(form.via) if form.via >= 0 else -1,
             also=tuple(f(l) for l in form.also))
-        key = new.key()
+        key = new.key() if new.kind is FormKind.LEAF else replace(
+            new, operands=tuple(alias.get(o, o) for o in new.operands)).key()
         if key not in index:
             index[key] = len(out)
             out.append(replace(new, id=len(out)))
+            if new.kind is FormKind.LEAF:
+                alias[index[key]] = index.setdefault(replace(new, owner=-1).key(), index[key])
         canon.append(index[key])
-    return canon, out
+    return _drop_unread(canon, out)
+
+
+def _drop_unread(canon: list[int], forms: list[Form]) -> tuple[list[int], list[Form]]:
+    """Forms no sum needs any more (a term's own fetch for a contraction that merged with
+    another term's) are dropped; ids are renumbered in order."""
+    keep: set[int] = set()
+    stack = [f.id for f in forms if f.kind is FormKind.SUM]
+    while stack:
+        k = stack.pop()
+        if k not in keep:
+            keep.add(k)
+            stack.extend(forms[k].operands)
+            if forms[k].source >= 0:
+                stack.append(forms[k].source)
+    if len(keep) == len(forms):
+        return canon, forms
+    new = {old: k for k, old in enumerate(sorted(keep))}
+    out = [replace(forms[old], id=new[old],
+                   operands=tuple(new[o] for o in forms[old].operands),
+                   source=new[forms[old].source] if forms[old].source >= 0 else -1)
+           for old in sorted(keep)]
+    return [new.get(c, -1) for c in canon], out
 
 
 def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> bool:

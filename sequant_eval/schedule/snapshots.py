@@ -49,6 +49,18 @@ def _half(text: str, extents: dict, **policy):
     return _planned(text, extents, BatchPolicy(budget=top // 2, **policy))
 
 
+def _water20(policy: BatchPolicy):
+    from ..plan.regime import load_regime
+
+    root = Path(__file__).resolve().parents[2] / "data/water20"
+    regime = load_regime(root / "regime.json")
+    text = (root / "csv_ccsd_doubles_residual_df.txt").read_text(encoding="utf-8")
+    forest = build_forest(parse(text), regime)
+    from .budget import fit_forest
+
+    return fit_forest(forest, regime, policy)
+
+
 def _ccsd(fraction: float):
     from ..chem.equations import ccsd_text
 
@@ -119,6 +131,10 @@ CONFIGS: dict[str, Callable] = {
         " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}",
         {"i": 4, "a": 6, "x": 12}, BatchPolicy(block={"x": 4}),
         {0: [("x_1", "C")], 1: [("x_1", "C")]}),
+    "water20_doubles_aux_only_5e9": lambda: _water20(
+        BatchPolicy(budget=5e9, contracted={"Κ"}, block={"Κ": 256})),
+    "water20_doubles_aux_occ_5e9": lambda: _water20(
+        BatchPolicy(budget=5e9, contracted={"Κ"}, external={"i"}, block={"Κ": 256, "i": 16})),
     "ccsd_water_100pct": lambda: _ccsd(1.0),
     "ccsd_water_50pct": lambda: _ccsd(0.5),
     "ccsd_water_25pct": lambda: _ccsd(0.25),
