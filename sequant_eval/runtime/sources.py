@@ -36,15 +36,15 @@ class TensorSource:
         return self.forest.leaf_users.get(vid, "the forest")
 
     def check(self) -> None:
-        """Refuse missing tensors and wrong shapes before anything is computed."""
-        for v in self.forest.values:
-            if v.kind is not ValueKind.LEAF:
-                continue
+        """Refuse composite indices, missing tensors and wrong shapes before any work."""
+        leaves = [v for v in self.forest.values if v.kind is ValueKind.LEAF]
+        for v in leaves:
             if any("<" in s for s in v.spaces):
                 raise UnsupportedFeature(
                     f"tensor {v.tensor!r} ({self._where(v.id)}) has a composite index "
                     f"({', '.join(v.spaces)}): numerical evaluation of composite (PNO/OSV) "
                     f"indices is not supported; use sequant_eval.analyze for a dry run")
+        for v in leaves:
             if v.tensor not in self.tensors:
                 raise MissingTensor(
                     f"tensor {v.tensor!r} (block {','.join(v.spaces)}) is needed by "
