@@ -156,8 +156,7 @@ class TracingBackend(NumpyBackend):
         self.views -= nbytes
 
     def _held(self, arr):
-        if isinstance(arr, np.ndarray) and not arr.flags.owndata \
-                and id(_owner(arr)) in self.resident:
+        if isinstance(arr, np.ndarray) and id(_owner(arr)) in self.resident:
             arr = arr[...]                       # a view object of our own, same memory
             self.views += arr.nbytes
             weakref.finalize(arr, self._drop, arr.nbytes)
