@@ -72,11 +72,15 @@ class Transient:
 
 @dataclass
 class Trace:
-    """The instrumented evaluation of one case."""
+    """An instrumented evaluation of one case: memory (under tracemalloc) and time per call."""
 
-    resident_peak: int = 0           # traced + live leaf views, at its highest
+    resident_peak: int = 0           # traced + live leaf views, transients included
     resident_at: str = ""            # the call during which it was reached
+    held_peak: int = 0               # traced + live leaf views between calls (no transients)
     transients: list[Transient] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)    # time per op / per contraction
+    plans: dict[str, str] = field(default_factory=dict)        # contraction key -> plan dump
+    total_s: float = 0.0
 
     def worst(self, n: int = 3) -> list[Transient]:
         """The ``n`` largest transients, one per distinct (op, detail)."""
@@ -96,6 +100,23 @@ class Trace:
             out[t.op] = max(out.get(t.op, 0), t.bytes)
         return out
 
+    def op_seconds(self) -> dict[str, float]:
+        """Time per backend operation (contractions summed), and the executor's own."""
+        out: dict[str, float] = {}
+        for key, s in self.seconds.items():
+            op = key.split(" ", 1)[0]
+            out[op] = out.get(op, 0.0) + s
+        out["executor"] = self.total_s - sum(out.values())
+        return out
+
+
+def fastest(traces: list[Trace]) -> Trace:
+    """Per key the least time over several timing runs (noise only ever adds)."""
+    out = Trace(plans=traces[0].plans, total_s=min(t.total_s for t in traces))
+    for key in {k for t in traces for k in t.seconds}:
+        out.seconds[key] = min(t.seconds.get(key, 0.0) for t in traces)
+    return out
+
 
 @dataclass(frozen=True)
 class Case:
@@ -112,7 +133,8 @@ class Case:
     metered: int
     traced: int
     rel_diff: dict[str, float]
-    trace: Trace
+    memory: Trace                    # instrumented run under tracemalloc
+    timing: Trace                    # instrumented runs without it (least time per key)
 
     @property
     def ratio(self) -> float:
@@ -124,7 +146,7 @@ class Case:
 
     @property
     def resident_ratio(self) -> float:
-        return self.trace.resident_peak / self.predicted
+        return self.memory.resident_peak / self.predicted
 
     @property
     def exact(self) -> bool:
@@ -138,17 +160,20 @@ def _owner(x: np.ndarray) -> np.ndarray:
 
 
 class TracingBackend(NumpyBackend):
-    """The NumPy backend, recording tracemalloc's level around every call.
+    """The NumPy backend, timing every call and, while tracemalloc traces, metering it.
 
-    ``resident`` are the arrays that own the caller's leaf memory (allocated before tracing);
-    a leaf the executor holds as a view of one of them is counted at its ``nbytes`` while it
-    is alive (a fresh view object per hold, released through a weakref finalizer). In a
-    batched run ``fetch`` only hands the whole block to ``take``, so only slices are counted.
+    Memory: tracemalloc's level before and after each call and its peak during the call
+    give the call's transient (allocated and freed within it). ``resident`` are the arrays
+    that own the caller's leaf memory (allocated before tracing); a leaf the executor holds
+    as a view of one of them is added at its ``nbytes`` while it is alive (a view object of
+    our own per hold, released through a weakref finalizer). In a batched run ``fetch`` only
+    hands the whole block to ``take``, so only the slices are held.
     """
 
     def __init__(self, resident: list[np.ndarray], batched: bool) -> None:
         self.resident = {id(a): a for a in resident}
         self.batched = batched
+        self.memory = tracemalloc.is_tracing()
         self.views = 0
         self.trace = Trace()
 
@@ -162,17 +187,23 @@ class TracingBackend(NumpyBackend):
             weakref.finalize(arr, self._drop, arr.nbytes)
         return arr
 
-    def _call(self, op: str, detail: str, fn, *args):
-        before = tracemalloc.get_traced_memory()[0]
-        views = self.views
-        tracemalloc.reset_peak()
-        out = fn(*args)
-        after, peak = tracemalloc.get_traced_memory()
+    def _call(self, key: str, detail: str, fn, *args):
         t = self.trace
-        t.transients.append(Transient(op, detail, peak - max(before, after)))
-        resident = max(peak + views, after + self.views)
-        if resident > t.resident_peak:
-            t.resident_peak, t.resident_at = resident, f"{op} {detail}"
+        if self.memory:
+            before = tracemalloc.get_traced_memory()[0]
+            views = self.views
+            tracemalloc.reset_peak()
+        start = time.perf_counter()
+        out = fn(*args)
+        t.seconds[key] = t.seconds.get(key, 0.0) + time.perf_counter() - start
+        if self.memory:
+            after, peak = tracemalloc.get_traced_memory()
+            op = key.split(" ", 1)[0]
+            t.transients.append(Transient(op, detail, peak - max(before, after)))
+            t.held_peak = max(t.held_peak, before + views, after + self.views)
+            resident = max(peak + views, after + self.views)
+            if resident > t.resident_peak:
+                t.resident_peak, t.resident_at = resident, f"{op} {detail}"
         return out
 
     def fetch(self, source, vid):
@@ -180,7 +211,9 @@ class TracingBackend(NumpyBackend):
         return block if self.batched else self._held(block)
 
     def contract(self, plan, a, b):
-        return self._call("contract", plan.dump(), super().contract, plan, a, b)
+        key = f"contract v{plan.value}"
+        self.trace.plans.setdefault(key, plan.dump())
+        return self._call(key, plan.dump(), super().contract, plan, a, b)
 
     def accumulate(self, target, src, coeff, perm, move):
         kind = "move" if move else ("first" if target is None else
@@ -229,20 +262,26 @@ def traced_peak(ev: se.Evaluator, tensors) -> int:
     return peak
 
 
-def instrumented(ev: se.Evaluator, tensors, resident: list[np.ndarray]) -> Trace:
-    """One evaluation through :class:`TracingBackend` (same program the Evaluator runs)."""
+def instrumented(ev: se.Evaluator, tensors, resident: list[np.ndarray],
+                 memory: bool) -> Trace:
+    """One evaluation through :class:`TracingBackend` (the program the Evaluator runs),
+    under tracemalloc when ``memory``."""
     batched = ev.policy is not None
-    backend = TracingBackend(resident, batched)
-    source = TensorSource(ev.forest, tensors, ev.extents)
-    tracemalloc.start()
+    if memory:
+        tracemalloc.start()
     try:
+        backend = TracingBackend(resident, batched)
+        source = TensorSource(ev.forest, tensors, ev.extents)
+        start = time.perf_counter()
         if batched:
             result = run_batched(ev.batched, backend, source)
         else:
             result = execute(ev.program, backend, source)
+        backend.trace.total_s = time.perf_counter() - start
         del result
     finally:
-        tracemalloc.stop()
+        if memory:
+            tracemalloc.stop()
     return backend.trace
 
 
@@ -297,15 +336,17 @@ def run_system(molecule: str, repeats: int) -> list[Case]:
     for label, ev in evaluators.items():
         report = ev.analyze()
         traced = traced_peak(ev, tensors)
-        trace = instrumented(ev, tensors, resident)
+        memory = instrumented(ev, tensors, resident, memory=True)
+        timing = fastest([instrumented(ev, tensors, resident, memory=False)
+                          for _ in range(repeats)])
         cases.append(Case(system, label, budgets[label], plan_s[label], times[label],
                           times["unbatched"], len(report.loops), report.flops,
                           report.recompute_overhead, report.peak_bytes,
                           meters[label].peak_bytes, traced,
-                          relative_differences(results[label], ref), trace))
+                          relative_differences(results[label], ref), memory, timing))
         print(f"{system} {label}: {times[label]:.3f} s, predicted {report.peak_bytes / MIB:.1f}"
-              f" MiB, traced {traced / MIB:.1f} MiB, resident {trace.resident_peak / MIB:.1f}"
-              f" MiB (at {trace.resident_at})", flush=True)
+              f" MiB, traced {traced / MIB:.1f} MiB, resident "
+              f"{memory.resident_peak / MIB:.1f} MiB (at {memory.resident_at})", flush=True)
     return cases
 
 
@@ -327,20 +368,54 @@ def table(cases: list[Case]) -> str:
             f"| {c.system} | {c.label}{budget} | {plan} | {c.eval_s:.3f} | {c.ratio:.2f}× | "
             f"{c.loops} | {c.flops / 1e9:.2f} | {c.recompute:.4f} | {_mib(c.predicted)} | "
             f"{meter} | {_mib(c.traced)} ({c.traced_ratio:.2f}×) | "
-            f"{_mib(c.trace.resident_peak)} ({c.resident_ratio:.2f}×) | {diff} |")
+            f"{_mib(c.memory.resident_peak)} ({c.resident_ratio:.2f}×) | {diff} |")
     return "\n".join(lines)
 
 
 def transients(cases: list[Case]) -> str:
-    """The largest transients per case (what tracemalloc sees beyond the meter)."""
+    """Per case: held vs resident peak and the largest transients (what the meter omits)."""
     lines = []
     for c in cases:
-        ops = ", ".join(f"{op} {_mib(b)}" for op, b in sorted(c.trace.by_op().items(),
+        m = c.memory
+        ops = ", ".join(f"{op} {_mib(b)}" for op, b in sorted(m.by_op().items(),
                                                             key=lambda x: -x[1]) if b)
-        lines.append(f"- {c.system} {c.label}: resident peak during `{c.trace.resident_at}`; "
-                     f"largest transient MiB per op: {ops or 'none'}")
-        for t in c.trace.worst():
+        lines.append(f"- {c.system} {c.label}: held between calls {_mib(m.held_peak)} MiB "
+                     f"({m.held_peak / c.predicted:.2f}× pred); resident peak "
+                     f"{_mib(m.resident_peak)} MiB during `{m.resident_at}`; largest transient "
+                     f"MiB per op: {ops or 'none'}")
+        for t in m.worst():
             lines.append(f"  - {_mib(t.bytes)} MiB in `{t.op} {t.detail}`")
+    return "\n".join(lines)
+
+
+OPS = ("contract", "take", "accumulate", "add_into", "write_into", "zeros", "fetch", "executor")
+
+
+def time_table(cases: list[Case]) -> str:
+    """Where the time goes: seconds per backend operation (least over the timing runs)."""
+    head = "| system | case | total s | " + " | ".join(OPS) + " |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for c in cases:
+        ops = c.timing.op_seconds()
+        lines.append(f"| {c.system} | {c.label} | {c.timing.total_s:.3f} | "
+                     + " | ".join(f"{ops.get(op, 0.0):.3f}" for op in OPS) + " |")
+    return "\n".join(lines)
+
+
+def slower_contractions(cases: list[Case], n: int = 3) -> str:
+    """Per batched case: the contractions whose time (all batches) grew most vs unbatched."""
+    base = {c.system: c for c in cases if c.label == "unbatched"}
+    lines = []
+    for c in cases:
+        if c.label == "unbatched":
+            continue
+        ref = base[c.system].timing
+        keys = [k for k in c.timing.seconds if k.startswith("contract ")]
+        grown = sorted(keys, key=lambda k: ref.seconds.get(k, 0.0) - c.timing.seconds[k])[:n]
+        items = [f"`{k[9:]}` {1e3 * ref.seconds.get(k, 0.0):.1f} → "
+                 f"{1e3 * c.timing.seconds[k]:.1f} ms (batched: {c.timing.plans[k]}; "
+                 f"unbatched: {ref.plans.get(k, '—')})" for k in grown]
+        lines.append(f"- {c.system} {c.label}: " + "; ".join(items))
     return "\n".join(lines)
 
 
@@ -375,11 +450,11 @@ def section(cases: list[Case], repeats: int, load: tuple[float, float]) -> str:
         "  (`len(loops)`, `flops`, `recompute_overhead`, `peak_bytes`); **meter peak**: the",
         "  `Meter` of the real NumPy run, `(=)` when it equals the prediction to the byte.",
         "- **traced**: `tracemalloc` peak of one evaluation (NumPy registers its buffers with",
-        f"  tracemalloc), over the predicted peak (target ≤ {MEMORY_TARGET}×). It sees only what the",
-        "  evaluation allocates: leaf blocks held as views of the caller's arrays (the cached",
-        "  integral blocks, t1, t2, and batch slices of them that are contiguous) cost nothing",
-        "  here but are in the prediction — hence the unbatched ratio far below 1 (its largest",
-        "  leaf, ⟨ab‖cd⟩, is counted whole by the prediction and never copied).",
+        f"  tracemalloc), over the predicted peak (target ≤ {MEMORY_TARGET}×). It sees only",
+        "  what the evaluation allocates: leaf blocks held as views of the caller's arrays",
+        "  (the cached integral blocks, t1, t2, and contiguous batch slices of them) cost",
+        "  nothing here but are in the prediction — hence the unbatched ratio far below 1",
+        "  (its largest leaf, ⟨ab‖cd⟩, is counted whole by the prediction and never copied).",
         "- **resident**: an instrumented run (`TracingBackend` in the script) adds the bytes of",
         "  those live leaf views to the traced level, so it is comparable to the prediction; the",
         "  excess over it is memory the meter does not model (below).",
@@ -388,20 +463,58 @@ def section(cases: list[Case], repeats: int, load: tuple[float, float]) -> str:
         "",
         table(cases),
         "",
-        "What the traced peak includes beyond the prediction, measured per backend call as the",
-        "bytes a call allocates and frees again (largest first):",
+        "### Where the time goes",
+        "",
+        "Seconds per backend operation in an instrumented evaluation (`TracingBackend`, least",
+        f"per operation over {repeats} runs; **executor** is the rest: the walk's own Python).",
+        "The unbatched walk never calls `take`, `add_into` or `write_into`.",
+        "",
+        time_table(cases),
+        "",
+        "Contractions whose time (all batches together) grew most against unbatched:",
+        "",
+        slower_contractions(cases),
+        "",
+        "- **take** (`NumpyBackend.take`): the loops open on virtual modes that are not the",
+        "  leading axis of the big leaf ⟨ab‖cd⟩ (`g` over four virtual spaces), so every batch",
+        "  slice of it is a strided view that `np.ascontiguousarray` copies; unbatched, the",
+        "  cached block is read in place.",
+        "- **contract**: for the sliced shapes `runtime/kernels.py::plan_contraction` can pick",
+        "  a different plan than unbatched — one GEMM after a transposing copy of the (already",
+        "  copied) slice (`copy right`) where the unbatched plan is a strided batched GEMM",
+        "  without a copy — so the same integral data is copied twice per batch.",
+        "- **add_into / write_into / zeros**: assembling batches into their destinations",
+        "  (`runtime/batched.py::_Run._loop`); **executor**: the batched walk's bookkeeping.",
+        "",
+        "### What the traced peak includes beyond the prediction",
+        "",
+        "The prediction (and the meter) count the arrays the schedule holds; they leave out",
+        "memory a backend call allocates and frees again (a *transient*), and arrays kept",
+        "alive after the walk released them. Per case: the peak of traced + live leaf views",
+        "measured *between* calls (**held**; above 1.00× only when an array outlives its",
+        "release), the resident peak with transients, and the largest transients:",
         "",
         transients(cases),
         "",
-        "Where these come from (`sequant_eval/runtime/backends.py`, `NumpyBackend`):",
+        "Where these come from:",
         "",
-        "- `contract`: a planned transposing copy of an operand (`_operand`, `perm` set) or",
-        "  the result temporary (`out.buffer_shape`: computed in GEMM order, then copied",
-        "  transposed into place, or partial products summed over split modes);",
-        "- `accumulate`: `target += coeff * view` materializes the scaled term (one array",
-        "  the size of the term) before adding; a transposed `view` is read in place;",
-        "- `take`: a batch slice that is not contiguous is copied (`np.ascontiguousarray`) —",
-        "  the copy is the slice the meter counts, so it is no excess; a contiguous one is a view.",
+        "- `contract` (`runtime/backends.py::NumpyBackend.contract`): a planned transposing",
+        "  copy of an operand (`_operand`, `ArrayView.perm` set) or the result temporary",
+        "  (`out.buffer_shape`: computed in GEMM order and copied transposed into place, or",
+        "  partial products summed over split modes). These are known at planning time",
+        "  (`ContractPlan`) but are not values, so neither the prediction nor the meter counts",
+        "  them. Where the traced peak exceeds the prediction, it does so during the call",
+        "  named under *resident peak during*, by that call's transient.",
+        "- `accumulate` (`NumpyBackend.accumulate`): `target += coeff * view` materializes",
+        "  the scaled term (one array the size of the term, e.g. R2) before adding.",
+        "- `take`: a non-contiguous batch slice is copied — but the copy *is* the slice the",
+        "  meter counts, so it is no excess (a contiguous slice is a view: no allocation).",
+        "- held above the prediction: a local variable keeps a released array alive until it",
+        "  is next assigned — `src` in `runtime/executor.py::execute` (the last term",
+        "  accumulated, R2-sized; with `del src` after each accumulate the unbatched held peak",
+        "  equals the prediction to within Python's own bookkeeping) and `part` in",
+        "  `runtime/batched.py::_Run._loop` (the last batch assembled stays alive through the",
+        "  whole next batch).",
         "",
         f"Load average (1 min) at start / end of the run: {load[0]:.2f} / {load[1]:.2f} "
         f"on {info['cpus (nproc)']} cpus; {info['date']}, numpy {info['numpy']}, "
@@ -446,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         cases += run_system(molecule, args.repeats)
     load = (load0, os.getloadavg()[0])
     print(table(cases))
+    print(time_table(cases))
+    print(slower_contractions(cases))
     print(transients(cases))
     print("\n".join(verdict(cases)))
     print(f"load average (1 min) start / end: {load[0]:.2f} / {load[1]:.2f}")

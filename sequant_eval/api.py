@@ -10,7 +10,7 @@ from .expr import Equation, check_extents, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .plan.regime import Regime
-from .runtime import Meter, Program, TensorSource, compile_program, execute, get_backend
+from .runtime import Meter, TensorSource
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
 from .schedule.budget import fit_forest
@@ -52,7 +52,6 @@ class Report:
     forest: Forest
     schedule: ScheduleAnalysis | None = None
     meter: Meter | None = None
-    program: Program | None = None
 
     def memory(self, title: str = ""):
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
@@ -95,8 +94,9 @@ class Evaluator:
     def __init__(self, eqs: str | Equation | Sequence[Equation],
                  extents: Mapping[str, int] | Regime, budget=None,
                  policy: BatchPolicy | None = None, persist: bool = False,
-                 progress=None) -> None:
+                 progress=None, gpu_budget: float = float("inf")) -> None:
         self.progress = progress
+        self.gpu_budget = gpu_budget
         self.equations = _as_equations(eqs)
         if isinstance(extents, Regime):
             self.regime = Regime(check_extents(extents.extents), dict(extents.moments),
@@ -106,26 +106,22 @@ class Evaluator:
         self.extents = self.regime.extents
         self.policy = resolve_policy(budget, policy, self.extents)
         self.persist = persist
-        self.program = _compile(self.equations, tuple(self.extents.items()),
-                                tuple(sorted(self.regime.moments.items())))
+        self.forest = _forest(self.equations, tuple(self.extents.items()),
+                              tuple(sorted(self.regime.moments.items())))
         self._batched = None
 
     @property
     def batched(self):
-        """The fitted schedule as a runnable program (planned on first use; raises
+        """The fitted schedule, compiled to the op graph (planned on first use; raises
         InfeasibleBudget before any array is touched)."""
         if self._batched is None:
-            from .runtime.batched import BatchedProgram
+            from .runtime.compiled import Compiled
 
             policy = self.policy or BatchPolicy()
-            self._batched = BatchedProgram(
+            self._batched = Compiled(
                 fit_forest(self.forest, self.regime, policy, self.progress),
                 policy.volatile, self.persist)
         return self._batched
-
-    @property
-    def forest(self) -> Forest:
-        return self.program.forest
 
     def plan(self) -> BatchPlan:
         policy = self.policy or BatchPolicy()
@@ -136,46 +132,30 @@ class Evaluator:
                  return_meter: bool = False):
         """``{equation: array}``; batched through the fitted schedule when a policy (or a
         finite budget) is in force, else the unbatched walk."""
-        be = get_backend(backend)
-        if self.policy is not None or self.persist:
-            from .runtime.batched import run_batched
-
-            program = self.batched
-            source = TensorSource(self.forest, tensors, self.extents)
-            results, meter = run_batched(program, be, source)
-        else:
-            source = TensorSource(self.forest, tensors, self.extents)
-            results, meter = execute(self.program, be, source)
+        program = self.batched
+        source = TensorSource(self.forest, tensors, self.extents)
+        results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
         return (results, meter) if return_meter else results
 
     def analyze(self, itemsize: int = 8) -> Report:
         from .runtime import DryRunBackend
 
-        if self.regime.moments:     # composite sizes: only the schedule sizes them
-            a = self.batched.analysis
+        a = self.batched.analysis
+        if self.policy is None or not self.policy.finite:
+            unbatched = a.flops
+        else:
             unbatched = analyze_schedule(
                 self.forest, plan_forest(self.forest, self.regime, BatchPolicy())).flops
-            return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
-                          a.profile.live_at_binding,
-                          tuple(a.rich.loops[l] for l in sorted(a.rich.loops)), self.forest,
-                          schedule=a, program=self.program)
-        _, meter = execute(self.program, DryRunBackend(itemsize))
-        if self.policy is None:
-            return Report(meter.peak_bytes, meter.flops, meter.flops, meter.peak_step,
-                          meter.live_at_peak, (), self.forest, meter=meter,
-                          program=self.program)
-        a = self.batched.analysis
-        return Report(a.peak_bytes, a.flops, meter.flops, a.profile.binding_point,
+        return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
-                      self.forest, schedule=a, program=self.program)
+                      self.forest, schedule=a)
 
 
 @lru_cache(maxsize=16)
-def _compile(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
-             moments: tuple = ()) -> Program:
+def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
+            moments: tuple = ()) -> Forest:
     regime = Regime(dict(extents), dict(moments))
-    return compile_program(build_forest(equations, regime if moments else dict(extents)),
-                           dict(extents))
+    return build_forest(equations, regime if moments else dict(extents))
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],

@@ -1,11 +1,18 @@
-"""Runtime: compile a forest into a program and execute it on a backend with a memory meter."""
+"""Runtime: the op graph, its passes, placement and runs, and the one executor.
+
+An analyzed schedule is validated as a cell table (``cells``), lowered to the op graph
+(``lower``), rewritten by passes (``passes``), placed on devices (``placement``), cut into
+runs (``runs``) and executed (``engine``) on a backend (``backends``).
+"""
 from __future__ import annotations
 
-from .backends import DryArray, DryRunBackend, NumpyBackend, get_backend
-from .executor import Meter, execute
-from .program import Program, compile_program
+from .backends import (ArrayApiBackend, CupyBackend, DryArray, DryRunBackend, NumpyBackend,
+                       get_backend, gpu_available)
+from .compiled import Compiled, RoutePicker
+from .engine import Meter, run_graph
+from .graph import Device, Graph, Node, Op
 from .sources import TensorSource
-from .walk import Step, StepKind, Walk, build_walk
 
-__all__ = ["Program", "compile_program", "execute", "Meter", "TensorSource", "NumpyBackend",
-           "DryRunBackend", "DryArray", "get_backend", "Walk", "Step", "StepKind", "build_walk"]
+__all__ = ["Compiled", "RoutePicker", "Meter", "run_graph", "Graph", "Node", "Op", "Device",
+           "TensorSource", "NumpyBackend", "ArrayApiBackend", "CupyBackend", "DryRunBackend",
+           "DryArray", "get_backend", "gpu_available"]

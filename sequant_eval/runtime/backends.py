@@ -1,7 +1,10 @@
-"""Array backends the executor drives: NumPy (real data) and dry run (shapes only).
+"""Array backends behind the one executor: NumPy, any array-API namespace, CuPy, dry run.
 
-Both receive exactly the same calls from the same walk; the dry run's arrays are shapes, so
-its memory meter and flop count are those of the real run by construction.
+Every backend implements the same small set of operations the op graph uses. NumPy runs
+contractions as planned strided GEMMs (``kernels.py``); the array-API backend uses only
+standard functions (``permute_dims``, ``reshape``, ``matmul``, slicing), which is what lets
+``array_api_strict`` prove the executor relies on nothing NumPy-specific and what CuPy
+runs on the GPU. The dry run carries shapes only (sizes may be composite means).
 """
 from __future__ import annotations
 
@@ -11,19 +14,28 @@ from math import prod
 import numpy as np
 import opt_einsum
 
-from .kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan
+from ..errors import SequantEvalError
+from ..forest.values import Value
+from .kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
-__all__ = ["NumpyBackend", "DryRunBackend", "DryArray", "get_backend"]
+__all__ = ["NumpyBackend", "ArrayApiBackend", "CupyBackend", "DryRunBackend", "DryArray",
+           "get_backend", "gpu_available"]
+
+
+def _slices(index, ndim: int) -> tuple:
+    return tuple(slice(None) if r is None else slice(r[0], r[1]) for r in index) if index \
+        else (slice(None),) * ndim
+
+
+# -- NumPy ---------------------------------------------------------------------------------
 
 
 def _strided(x: np.ndarray, view: ArrayView) -> np.ndarray:
-    """The contiguous array ``x`` seen through the plan's shape and element strides."""
     size = x.itemsize
     return np.ndarray(view.shape, x.dtype, x, 0, tuple(s * size for s in view.strides))
 
 
 def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
-    """An operand (or its planned transposed copy) as the plan's strided view."""
     if view.perm is not None:
         x = np.ascontiguousarray(x.transpose(view.perm))
     elif not x.flags.c_contiguous:
@@ -33,11 +45,32 @@ def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
 
 class NumpyBackend:
     name = "numpy"
+    symbolic = False
 
-    def fetch(self, source, vid: int):
-        return source.fetch(vid)
+    def __init__(self) -> None:
+        self.plans: dict[tuple, ContractPlan] = {}
 
-    def contract(self, plan: ContractPlan, a, b):
+    def asarray(self, x):
+        return np.ascontiguousarray(x)
+
+    def take(self, block, index, shape):
+        return np.ascontiguousarray(block[_slices(index, block.ndim)])
+
+    def zeros(self, shape):
+        return np.zeros(shape)
+
+    def contract(self, values, vid: int, a, b, out_shape):
+        key = (vid, a.shape, b.shape, tuple(out_shape))
+        plan = self.plans.get(key)
+        if plan is None:
+            v = values[vid]
+            plan = plan_contraction(v, values[v.left.value], values[v.right.value],
+                                    tuple(out_shape), a.shape, b.shape)
+            self.plans[key] = plan
+        return self._run(plan, a, b)
+
+    @staticmethod
+    def _run(plan: ContractPlan, a, b):
         kind = plan.kind
         if kind == EINSUM or a.dtype.hasobject or b.dtype.hasobject:
             return np.ascontiguousarray(opt_einsum.contract(plan.einsum, a, b))
@@ -56,52 +89,169 @@ class NumpyBackend:
             return out
         tmp = np.empty(z.buffer_shape, dtype)
         np.matmul(x, y, out=_strided(tmp, z))
-        if plan.reduce:  # partial products over the split contracted modes
+        if plan.reduce:
             np.sum(tmp.reshape(-1, out.size), axis=0, out=out.reshape(-1))
-        else:            # computed in the planned order, transposed into place
+        else:
             np.copyto(out, tmp.transpose(z.perm))
         return out
 
-    def accumulate(self, target, src, coeff: float, perm: tuple[int, ...], move: bool):
-        if move:  # the sum takes over src's buffer
-            if coeff != 1.0:
-                src *= coeff
-            return src
-        view = src if perm == tuple(range(len(perm))) else src.transpose(perm)
-        if target is None:
-            out = np.empty(view.shape, dtype=view.dtype)
-            np.multiply(view, coeff, out=out)
-            return out
-        if coeff == 1.0:
-            target += view
-        elif coeff == -1.0:
-            target -= view
+    def scale_(self, x, alpha: float):
+        if alpha != 1.0:
+            x *= alpha
+        return x
+
+    def permute(self, x, perm):
+        return x.transpose(perm)
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def accumulate_(self, target, src, alpha: float):
+        if alpha == 1.0:
+            target += src
+        elif alpha == -1.0:
+            target -= src
         else:
-            target += coeff * view
+            target += alpha * src
         return target
 
-    def zeros(self, shape: tuple[int, ...]):
-        return np.zeros(shape)
+    def scatter_(self, target, src, index):
+        target[_slices(index, target.ndim)] = src
+        return target
 
-    def take(self, block, index: tuple[slice, ...], shape: tuple[int, ...]):
-        """One batch of a leaf block, as its own contiguous array."""
-        return np.ascontiguousarray(block[index])
+    def init(self, src, alpha: float):
+        out = np.empty(src.shape, dtype=src.dtype)
+        np.multiply(src, alpha, out=out)
+        return out
 
-    def add_into(self, acc, part) -> None:
-        acc += part
+    def to_host(self, x):
+        return x
 
-    def write_into(self, dest, index: tuple[slice, ...], part) -> None:
-        dest[index] = part
+    def from_host(self, x):
+        return x
 
     def nbytes(self, x) -> int:
         return int(x.nbytes)
 
 
+# -- array API (array_api_strict, CuPy) ------------------------------------------------------
+
+
+class ArrayApiBackend:
+    """Only array-API standard calls; contractions as permute_dims/reshape/matmul."""
+
+    symbolic = False
+
+    def __init__(self, xp, name: str = "array_api") -> None:
+        self.xp = xp
+        self.name = name
+
+    def asarray(self, x):
+        return self.xp.asarray(x)
+
+    def take(self, block, index, shape):
+        part = block[_slices(index, len(block.shape))]
+        return self.xp.asarray(part, copy=True)
+
+    def zeros(self, shape):
+        return self.xp.zeros(tuple(shape), dtype=self.xp.float64)
+
+    def contract(self, values, vid: int, a, b, out_shape):
+        xp = self.xp
+        v: Value = values[vid]
+        lm, rm, res = v.left.modes, v.right.modes, v.result
+        ext = dict(zip(lm, a.shape)) | dict(zip(rm, b.shape))
+        batch = [m for m in res if m in lm and m in rm]
+        summed = [m for m in lm if m in rm and m not in res]
+        fa = [m for m in lm if m not in rm]
+        fb = [m for m in rm if m not in lm]
+        x = xp.permute_dims(a, tuple(lm.index(m) for m in batch + fa + summed))
+        y = xp.permute_dims(b, tuple(rm.index(m) for m in batch + summed + fb))
+        nb, nfa, nk, nfb = (prod(ext[m] for m in g) for g in (batch, fa, summed, fb))
+        z = xp.matmul(xp.reshape(x, (nb, nfa, nk)), xp.reshape(y, (nb, nk, nfb)))
+        natural = batch + fa + fb
+        z = xp.reshape(z, tuple(ext[m] for m in natural))
+        z = xp.permute_dims(z, tuple(natural.index(m) for m in res))
+        return xp.reshape(z, tuple(out_shape))
+
+    def scale_(self, x, alpha: float):
+        if alpha != 1.0:
+            x *= alpha
+        return x
+
+    def permute(self, x, perm):
+        return self.xp.permute_dims(x, tuple(perm))
+
+    def reshape(self, x, shape):
+        return self.xp.reshape(x, tuple(shape))
+
+    def accumulate_(self, target, src, alpha: float):
+        if alpha == 1.0:
+            target += src
+        else:
+            target += alpha * src
+        return target
+
+    def scatter_(self, target, src, index):
+        target[_slices(index, len(target.shape))] = src
+        return target
+
+    def init(self, src, alpha: float):
+        return alpha * src
+
+    def to_host(self, x):
+        return np.asarray(x)
+
+    def from_host(self, x):
+        return self.xp.asarray(x)
+
+    def nbytes(self, x) -> int:
+        return prod(x.shape) * 8
+
+
+class CupyBackend(ArrayApiBackend):
+    """CuPy on the GPU: one stream per run; host↔device only at copy nodes."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        super().__init__(cupy, "cupy")
+        self.cupy = cupy
+        self.pool = cupy.get_default_memory_pool()
+
+    def to_host(self, x):
+        return self.cupy.asnumpy(x)
+
+    def from_host(self, x):
+        return self.cupy.asarray(x)
+
+    def nbytes(self, x) -> int:
+        return int(x.nbytes)
+
+    def stream(self):
+        return self.cupy.cuda.Stream(non_blocking=True)
+
+    def pool_bytes(self) -> int:
+        return int(self.pool.total_bytes())
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:          # no CuPy, no driver, no device: all mean "no GPU"
+        return False
+
+
+# -- dry run -------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class DryArray:
-    """A stand-in array: a shape and an element size, no data."""
+    """A stand-in array: a shape (sizes may be power means) and an element size."""
 
-    shape: tuple[int, ...]
+    shape: tuple
     itemsize: int = 8
 
     @property
@@ -113,47 +263,68 @@ class DryArray:
 
 class DryRunBackend:
     name = "dryrun"
-    symbolic = True          # shapes may be mean sizes of composite modes (not integers)
+    symbolic = True
 
     def __init__(self, itemsize: int = 8) -> None:
         self.itemsize = itemsize
 
-    def fetch(self, source, vid: int) -> DryArray:
-        return DryArray(source.shape(vid), self.itemsize)
+    def asarray(self, x):
+        return x
 
-    def contract(self, plan: ContractPlan, a: DryArray, b: DryArray) -> DryArray:
-        return DryArray(plan.out_shape, self.itemsize)
+    def take(self, block, index, shape):
+        return DryArray(tuple(shape), self.itemsize)
 
-    def accumulate(self, target, src: DryArray, coeff, perm, move) -> DryArray:
-        if move or target is None:
-            return DryArray(tuple(src.shape[p] for p in perm), self.itemsize)
+    def zeros(self, shape):
+        return DryArray(tuple(shape), self.itemsize)
+
+    def contract(self, values, vid, a, b, out_shape):
+        return DryArray(tuple(out_shape), self.itemsize)
+
+    def scale_(self, x, alpha):
+        return x
+
+    def permute(self, x, perm):
+        return DryArray(tuple(x.shape[p] for p in perm), self.itemsize)
+
+    def reshape(self, x, shape):
+        return DryArray(tuple(shape), self.itemsize)
+
+    def accumulate_(self, target, src, alpha):
+        if tuple(target.shape) != tuple(src.shape):
+            raise SequantEvalError(f"dry run: adding {src.shape} into {target.shape}")
         return target
 
-    def zeros(self, shape: tuple[int, ...]) -> DryArray:
-        return DryArray(shape, self.itemsize)
+    def scatter_(self, target, src, index):
+        return target
 
-    def take(self, block, index, shape: tuple[int, ...]) -> DryArray:
-        return DryArray(shape, self.itemsize)
+    def init(self, src, alpha):
+        return DryArray(tuple(src.shape), self.itemsize)
 
-    def add_into(self, acc, part) -> None:
-        if acc.shape != part.shape:
-            raise ValueError(f"dry run: adding {part.shape} into {acc.shape}")
+    def to_host(self, x):
+        return x
 
-    def write_into(self, dest, index, part) -> None:
-        want = tuple((s.stop - s.start) if s.start is not None else n
-                     for s, n in zip(index, dest.shape))
-        if want != part.shape:
-            raise ValueError(f"dry run: writing {part.shape} into a {want} window")
+    def from_host(self, x):
+        return x
 
-    def nbytes(self, x: DryArray) -> int:
+    def nbytes(self, x) -> int:
         return x.nbytes
 
 
 def get_backend(name: str):
-    from ..errors import SequantEvalError
-
     if name == "numpy":
         return NumpyBackend()
     if name == "dryrun":
         return DryRunBackend()
-    raise SequantEvalError(f"unknown backend {name!r}; choose 'numpy' or 'dryrun'")
+    if name == "array_api_strict":
+        import array_api_strict
+
+        return ArrayApiBackend(array_api_strict, "array_api_strict")
+    if name == "cupy":
+        if not gpu_available():
+            raise SequantEvalError("backend 'cupy' needs CuPy and a GPU; none is available "
+                                   "here (use 'auto' to fall back to NumPy)")
+        return CupyBackend()
+    if name == "auto":
+        return CupyBackend() if gpu_available() else NumpyBackend()
+    raise SequantEvalError(f"unknown backend {name!r}; choose numpy, cupy, auto, dryrun or "
+                           f"array_api_strict")

@@ -20,9 +20,15 @@ def contraction_flops(forest: Forest, shapes, vid: int) -> int:
 
 def schedule_flops(sched: OrderedSchedule, forest: Forest, shapes) -> int:
     """Contractions (with recompute under loops they do not use), sum entries (2 per
-    element, as the unbatched walk counts them) and batch sums (1 per element per batch)."""
+    element; none for a first entry that takes over the term's buffer unscaled) and batch
+    sums (1 per element per batch)."""
+    from .peak import moves, schedule_points
+
+    points = schedule_points(sched)
+    free = {points[k].form for k in moves(sched, forest, points)
+            if forest.values[sched.forms[points[k].form].value].entries[0].coefficient == 1}
     loops = sched.loops
-    total = 0
+    total = -sum(2 * prod(shapes[sched.forms[sched.forms[f].operands[0]].value]) for f in free)
     for f in sched.forms:
         if f.kind is FormKind.CONTRACT:
             used = {l for _, l in f.sliced} | set(f.partial)

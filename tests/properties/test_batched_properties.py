@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sequant_eval as se
-from sequant_eval.runtime import DryRunBackend, NumpyBackend, TensorSource
-from sequant_eval.runtime.batched import run_batched
+from sequant_eval.runtime import TensorSource
 from sequant_eval.runtime.cells import validate
+
+from tests.oracles.direct import direct_evaluate
 
 from .forests import equation_sets
 from .test_schedule_properties import _budget_between
@@ -54,9 +55,10 @@ def _run(text: str, extents: dict, position: float, block: int, seed: int) -> No
     a = program.analysis
     assert not validate(program.table, a.ordered, a.forest)
     tensors = _tensors(ev.forest, extents, seed)
-    reference = se.Evaluator(text, extents).evaluate(tensors)
-    out, meter = run_batched(program, NumpyBackend(), TensorSource(ev.forest, tensors, extents))
-    _, dry = run_batched(program, DryRunBackend(), _Shapes(a.shapes))
+    source = TensorSource(ev.forest, tensors, extents)
+    reference = direct_evaluate(ev.forest, source)
+    out, meter = program.run("numpy", source)
+    _, dry = program.run("dryrun")
     assert meter.peak_bytes == dry.peak_bytes == a.peak_bytes
     assert meter.flops == dry.flops == a.flops
     assert a.peak_bytes <= policy.budget_bytes

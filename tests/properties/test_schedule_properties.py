@@ -87,12 +87,15 @@ def test_random_forests_random_budgets(case, position, block):
 @settings(max_examples=60, **SETTINGS)
 @given(equation_sets())
 def test_infinite_budget_is_the_unbatched_walk(case):
+    """Oracle: tests/oracles/direct.py's walk of the same forest (peak and flops)."""
+    from tests.oracles.direct import unbatched_walk
+
     text, extents = case
-    unbatched = se.analyze(text, extents)
     a = _check(text, extents, BatchPolicy.everything(None, extents))
+    peak, flops = unbatched_walk(a.forest, a.shapes)
     assert not a.rich.loops
-    assert a.flops == unbatched.flops
-    assert a.peak_bytes == unbatched.peak_bytes
+    assert a.flops == flops
+    assert a.peak_bytes == peak
 
 
 @pytest.mark.slow

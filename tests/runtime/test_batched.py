@@ -9,9 +9,8 @@ import pytest
 import sequant_eval as se
 from sequant_eval.forest import build_forest
 from sequant_eval.plan import BatchPolicy, LoopKind, Open, stamp_plan
-from sequant_eval.runtime import DryRunBackend, NumpyBackend, TensorSource
-from sequant_eval.runtime.batched import BatchedProgram, run_batched
-from sequant_eval.runtime.cells import Read, validate
+from sequant_eval.runtime import Compiled, TensorSource
+from sequant_eval.runtime.cells import validate
 from sequant_eval.schedule import analyze_schedule
 
 
@@ -23,7 +22,7 @@ def _stamped_program(text, extents, block, spec, **kw):
     opens = tuple(Open(labels[n], LoopKind(k)) for n, k in spec)
     plan = stamp_plan(forest, extents, BatchPolicy(block=block),
                       {value: {tree.root: (opens, 0)}})
-    return BatchedProgram(analyze_schedule(forest, plan), **kw)
+    return Compiled(analyze_schedule(forest, plan), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +77,11 @@ def test_rule_uniqueness(mixed):
 
 
 def test_executor_refuses_an_invalid_table(mixed, monkeypatch):
-    import sequant_eval.runtime.batched as b
+    import sequant_eval.runtime.compiled as c
 
-    monkeypatch.setattr(b, "validate", lambda *a: ["[life] f0: broken"])
+    monkeypatch.setattr(c, "validate", lambda *a: ["[life] f0: broken"])
     with pytest.raises(se.ScheduleError, match="invalid cell table"):
-        BatchedProgram(mixed.analysis)
+        Compiled(mixed.analysis)
 
 
 def test_joint_sub_block_scatter():
@@ -94,7 +93,7 @@ def test_joint_sub_block_scatter():
     assert len(joint) == 1
     a = np.random.default_rng(0).standard_normal(7)
     src = TensorSource(prog.forest, {"A": {("i",): a}}, {"i": 7})
-    out, meter = run_batched(prog, NumpyBackend(), src)
+    out, meter = prog.run("numpy", src)
     np.testing.assert_allclose(out["B"], np.outer(a, a), rtol=0, atol=0)
     assert meter.peak_bytes == prog.analysis.peak_bytes
 
@@ -129,11 +128,6 @@ def test_dry_run_meter_matches_prediction_under_budget():
     ev = se.Evaluator(text, ext, policy=BatchPolicy(budget=top // 2, contracted={"k"},
                                                     block={"k": 5}))
     prog = ev.batched
-
-    class Shapes:
-        def shape(self, vid):
-            return prog.analysis.shapes[vid]
-
-    _, dry = run_batched(prog, DryRunBackend(), Shapes())
+    _, dry = prog.run("dryrun")
     assert dry.peak_bytes == prog.analysis.peak_bytes <= top // 2
     assert dry.flops == prog.analysis.flops

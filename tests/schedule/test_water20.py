@@ -13,8 +13,6 @@ import pytest
 import sequant_eval as se
 from sequant_eval.plan import BatchPolicy
 from sequant_eval.plan.regime import load_regime
-from sequant_eval.runtime import DryRunBackend
-from sequant_eval.runtime.batched import run_batched
 from sequant_eval.schedule import FormKind, OutputKind
 from sequant_eval.schedule.legality import Role, analyze_legality
 
@@ -28,14 +26,6 @@ AUX_OCC = dict(contracted={"Κ"}, external={"i"}, block={"Κ": 256, "i": 16})
 @pytest.fixture(scope="module")
 def regime():
     return load_regime(DATA / "regime.json")
-
-
-class _Shapes:
-    def __init__(self, shapes) -> None:
-        self.shapes = shapes
-
-    def shape(self, vid):
-        return self.shapes[vid]
 
 
 def test_regime_sizes_composites_by_power_means(regime):
@@ -56,7 +46,7 @@ def test_plans_within_budget_and_meter_equals_prediction(regime, name, config, b
     ev = se.Evaluator(text, regime, policy=policy)
     rep = ev.analyze()
     assert rep.peak_bytes <= budget
-    _, meter = run_batched(ev.batched, DryRunBackend(), _Shapes(ev.batched.analysis.shapes))
+    _, meter = ev.batched.run("dryrun")
     assert meter.peak_bytes == rep.peak_bytes
 
 
@@ -86,7 +76,7 @@ def test_aux_occ_schedule_is_well_formed_and_dry_run_completes(regime):
     text = (DATA / "csv_ccsd_doubles_residual_df.txt").read_text(encoding="utf-8")
     ev = se.Evaluator(text, regime, policy=BatchPolicy(budget=5e9, **AUX_OCC))
     prog = ev.batched                    # build_ordered_schedule runs well_formed
-    _, meter = run_batched(prog, DryRunBackend(), _Shapes(prog.analysis.shapes))
+    _, meter = prog.run("dryrun")
     assert meter.peak_bytes == prog.analysis.peak_bytes <= 5e9
 
 

@@ -1,0 +1,171 @@
+"""A fitted schedule made runnable: validated cells, the lowered op graph, passes,
+placement, routes — then run on any backend by the one executor.
+
+Repeated evaluation (``persist=True``): contractions that depend on no volatile tensor and
+feed volatile ones are kept after the first evaluation; later evaluations read them back
+and skip everything only they needed (a second, "warm" graph).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from ..schedule.analysis import ScheduleAnalysis
+from ..schedule.forms import FormKind
+from ..schedule.peak import liveness, peak_profile_sweep, schedule_points
+from .backends import DryRunBackend, get_backend, gpu_available
+from .cells import build_cell_table, validate
+from .engine import Meter, run_graph
+from .graph import Device
+from .lower import Lowered, lower_schedule
+from .passes import insert_copies, run_passes
+from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
+                        place, run_lockstep)
+
+__all__ = ["Compiled", "RoutePicker"]
+
+
+@dataclass
+class RoutePicker:
+    """Resolves a branch at run time: the CPU arm when there is no GPU or not enough free
+    GPU memory for the arm, else arm 0 (the planned winner)."""
+
+    graph: object
+    gpu: bool
+    free_gpu_bytes: float = float("inf")
+
+    def __call__(self, branch: int) -> int:
+        g = self.graph
+        arms = g.nodes[branch].inputs
+        for k, exit_ in enumerate(arms):
+            dev = g.device.get(exit_, Device.CPU)
+            if dev is Device.GPU and (not self.gpu or self._need(exit_) > self.free_gpu_bytes):
+                continue
+            return k
+        return next((k for k, e in enumerate(arms) if g.device.get(e) is not Device.GPU), 0)
+
+    def _need(self, exit_: int) -> float:
+        from math import prod
+
+        return 8.0 * prod(self.graph.nodes[exit_].shape or (1,))
+
+
+class Compiled:
+    def __init__(self, analysis: ScheduleAnalysis, volatile: frozenset[str] = frozenset(),
+                 persist: bool = False, passes: bool = True) -> None:
+        self.analysis = analysis
+        self.forest = analysis.forest
+        self.sched = analysis.ordered
+        self.table = build_cell_table(self.sched, self.forest, volatile)
+        bad = validate(self.table, self.sched, self.forest)
+        if bad:
+            raise ScheduleError("invalid cell table: " + "; ".join(map(str, bad[:5])))
+        self.cells = {c.form: c for c in self.table.cells}
+        self.persist = persist
+        self.use_passes = passes
+        self.persistent = frozenset(c.form for c in self.table.cells if c.persistent) \
+            if persist else frozenset()
+        self.skip = self._skippable() if persist else frozenset()
+        self.store: dict[int, object] = {}
+        self._backends: dict[str, dict] = {}
+        self._lowered: dict[tuple, tuple[Lowered, list[int]]] = {}
+
+    def _skippable(self) -> frozenset[int]:
+        readers: dict[int, list[int]] = {}
+        for r in self.table.reads:
+            readers.setdefault(r.source, []).append(r.consumer)
+        sums = {f.id for f in self.sched.forms if f.kind is FormKind.SUM}
+        skip = set(self.persistent)
+        changed = True
+        while changed:
+            changed = False
+            for f in self.sched.forms:
+                if f.id not in skip and f.id not in sums and readers.get(f.id) and all(
+                        r in skip for r in readers[f.id]):
+                    skip.add(f.id)
+                    changed = True
+        return frozenset(skip - self.persistent)
+
+    def lowered(self, warm: bool = False, machine: Machine | None = None):
+        """The prepared graph and its roots (cached per warm/cold and machine)."""
+        machine = machine or Machine()
+        key = (warm, machine.gpu, machine.gpu_budget)
+        if key not in self._lowered:
+            low = lower_schedule(self.analysis, self.persistent,
+                                 self.persistent if warm else frozenset(),
+                                 self.skip if warm else frozenset())
+            g, roots = low.graph, low.root_nodes()
+            if self.use_passes:
+                roots = run_passes(g, roots)
+            place(g, roots, machine)
+            if machine.gpu:
+                run_lockstep(g, roots, Context(machine), [PlacementForkPathfinder()],
+                             [ConvergenceOptimizer()])
+                from .runs import effective_roots
+
+                insert_copies(g, effective_roots(g, roots))
+            names = dict(zip(low.roots, roots[: len(low.roots)]))
+            kept = dict(zip(low.kept, roots[len(low.roots):]))
+            self._lowered[key] = (Lowered(g, names, kept, low.form_of), roots)
+        return self._lowered[key]
+
+    def contraction_plans(self) -> list:
+        """The NumPy contraction plans made so far (after a NumPy run)."""
+        be = self._backends.get("numpy", {}).get(Device.CPU)
+        return list(be.plans.values()) if be is not None else []
+
+    def predicted_peak(self, warm: bool = False) -> int:
+        a = self.analysis
+        points = schedule_points(self.sched)
+        cells = liveness(self.sched, self.forest, a.shapes, a.plan.policy.itemsize, points,
+                         kept=self.persistent,
+                         stored=self.persistent if warm else frozenset(),
+                         skipped=self.skip if warm else frozenset())
+        return peak_profile_sweep(cells, len(points)).peak_bytes
+
+    def run(self, backend: str = "numpy", source=None, gpu_budget: float = float("inf")):
+        """Evaluate: ``({equation: array}, Meter)``."""
+        warm = bool(self.store)
+        gpu = backend in ("cupy", "auto") and gpu_available()
+        if backend == "cupy" and not gpu:
+            get_backend("cupy")                       # raises: no GPU here
+        machine = Machine(gpu=True, gpu_budget=gpu_budget) if gpu else Machine()
+        name = "cupy" if gpu else ("numpy" if backend == "auto" else backend)
+        if name not in self._backends:               # kept: their kernel plans are reused
+            self._backends[name] = ({Device.CPU: get_backend("numpy"),
+                                     Device.GPU: get_backend("cupy")} if gpu
+                                    else {Device.CPU: get_backend(name)})
+        backends = self._backends[name]
+        low, roots = self.lowered(warm, machine)
+        if source is None:
+            source = _Shapes(self.analysis.shapes)
+        picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
+        out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
+                               picker, low.form_of)
+        if self.persist:
+            for form, node in low.kept.items():
+                self.store[form] = out[node]
+        cpu = backends[Device.CPU]
+        results = {name: cpu.to_host(out[n]) if machine.gpu else out[n]
+                   for name, n in low.roots.items()}
+        return results, meter
+
+
+class _Shapes:
+    def __init__(self, shapes) -> None:
+        self.shapes = shapes
+
+    def shape(self, vid: int):
+        return self.shapes[vid]
+
+
+def _free_gpu(machine: Machine) -> float:
+    if not machine.gpu:
+        return 0.0
+    try:
+        import cupy
+
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        return float(free)
+    except Exception:          # no way to ask: assume the budget is what is free
+        return machine.gpu_budget

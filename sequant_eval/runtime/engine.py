@@ -1,0 +1,137 @@
+"""The one executor: walk the op graph in its lowered order on the backend of each device.
+
+Branches are resolved by the route picker as the walk reaches them (streaming form); a
+picked arm's exit stands in for arm 0's wherever the merge reads it. Memory is metered per
+buffer: an allocating op adds its bytes, views and in-place ops reuse their input's buffer,
+the caller's inputs are not counted, and a buffer is released after the last read of any
+of its versions (roots and kept values stay). The peak is taken after every allocation —
+the static sweep's rule — so a dry run meters exactly the predicted peak.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..forest.values import Forest
+from .graph import INPLACE, VIEWS, Device, Graph, Op
+from .runs import lower_picked_route_streaming
+
+__all__ = ["Meter", "run_graph"]
+
+
+@dataclass(frozen=True)
+class Meter:
+    backend: str
+    peak_bytes: int
+    peak_step: int
+    live_at_peak: tuple[int, ...]          # buffers (owner node ids) live at the peak
+    flops: float
+    builds: dict[int, int] = field(default_factory=dict, compare=False)  # form → times made
+    device_peaks: dict[str, int] = field(default_factory=dict, compare=False)
+    pool_peak: int = 0                      # CuPy memory-pool bytes after the run
+
+    def dump(self) -> str:
+        return (f"meter[{self.backend}]: peak {self.peak_bytes} B at step {self.peak_step}; "
+                f"flops {self.flops:.6g}\n")
+
+
+def _owner(g: Graph, n: int) -> int:
+    while g.nodes[n].op in VIEWS or g.nodes[n].op in INPLACE:
+        n = g.nodes[n].inputs[0]
+    return n
+
+
+def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[Device, object],
+              source=None, store: Mapping[int, object] | None = None,
+              resolve: Callable[[int], int] | None = None,
+              form_of: Mapping[int, int] | None = None):
+    """Execute; returns ``({root node: array}, Meter)``."""
+    resolve = resolve or (lambda b: 0)
+    order = lower_picked_route_streaming(g, roots, resolve)
+    values = forest.values
+    default = backends[Device.CPU]
+    alias: dict[int, int] = {}
+    for b in g.branches:                  # the merge reads arm 0; a picked arm stands in
+        arms = g.nodes[b].inputs
+        for n in order:
+            if n in arms and n != arms[0]:
+                alias[arms[0]] = n
+    reads: dict[int, int] = {}
+    for n in order:
+        for i in g.nodes[n].inputs:
+            o = _owner(g, alias.get(i, i))
+            reads[o] = reads.get(o, 0) + 1
+    keep = {_owner(g, alias.get(r, r)) for r in roots}
+    out: dict[int, object] = {}
+    size: dict[int, int] = {}
+    dev_live: dict[str, int] = {}
+    dev_peak: dict[str, int] = {}
+    live = peak = step = 0
+    flops = 0.0
+    snapshot: tuple[int, ...] = ()
+    builds: dict[int, int] = {}
+    for k, n in enumerate(order):
+        node = g.nodes[n]
+        device = g.device.get(n, Device.CPU)
+        be = backends.get(device, default)
+        args = [out[alias.get(i, i)] for i in node.inputs]
+        op = node.op
+        if op is Op.INPUT:
+            if node.params[0] == "stored":
+                res = store[node.params[1]]
+            else:
+                res = be.asarray(source.fetch(node.params[0])) if not be.symbolic else \
+                    be.zeros(source.shape(node.params[0]))
+        elif op is Op.SLICE:
+            res = be.take(args[0], node.params[0], node.shape)
+        elif op is Op.ZEROS:
+            res = be.zeros(node.shape)
+        elif op is Op.CONTRACT:
+            res = be.contract(values, node.params[0], args[0], args[1], node.shape)
+        elif op is Op.SCALE:
+            res = be.scale_(args[0], node.params[0])
+        elif op is Op.PERMUTE:
+            res = be.permute(args[0], node.params[0])
+        elif op is Op.RESHAPE:
+            res = be.reshape(args[0], node.params[0])
+        elif op is Op.ACCUMULATE:
+            res = be.accumulate_(args[0], args[1], node.params[0])
+        elif op is Op.SCATTER:
+            res = be.scatter_(args[0], args[1], node.params[0])
+        elif op is Op.INIT:
+            res = be.init(args[0], node.params[0])
+        elif op is Op.COPY:
+            target = backends.get(Device(node.params[0]), default)
+            res = target.from_host(be.to_host(args[0]) if be is not target else args[0])
+            device = Device(node.params[0])
+            be = target
+        else:                                  # branches are never executed
+            continue
+        out[n] = res
+        flops += float(node.params[-1]) if op in _COUNTED and len(node.params) > 1 else 0.0
+        if form_of is not None and n in form_of:
+            builds[form_of[n]] = builds.get(form_of[n], 0) + 1
+        metered = op not in VIEWS and op not in INPLACE and (
+            op is not Op.INPUT or node.params[0] == "stored")   # kept from an earlier run
+        if metered:
+            size[n] = be.nbytes(res)
+            live += size[n]
+            dev_live[device.value] = dev_live.get(device.value, 0) + size[n]
+            dev_peak[device.value] = max(dev_peak.get(device.value, 0), dev_live[device.value])
+            if live > peak:
+                peak, step, snapshot = live, k, tuple(sorted(size))
+        for i in node.inputs:
+            o = _owner(g, alias.get(i, i))
+            reads[o] -= 1
+            if reads[o] == 0 and o not in keep and o in size:
+                live -= size[o]
+                dev = g.device.get(o, Device.CPU).value
+                dev_live[dev] = dev_live.get(dev, 0) - size.pop(o)
+                out.pop(o, None)
+    pool = max((getattr(b, "pool_bytes", lambda: 0)() for b in backends.values()), default=0)
+    name = "+".join(sorted({b.name for b in backends.values()}))
+    results = {r: out[alias.get(r, r)] for r in roots}
+    return results, Meter(name, peak, step, snapshot, flops, builds, dev_peak, pool)
+
+
+_COUNTED = {Op.CONTRACT, Op.ACCUMULATE, Op.INIT, Op.SCALE}

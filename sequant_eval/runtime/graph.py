@@ -1,0 +1,156 @@
+"""The op graph: an append-only arena of small array operations.
+
+Every evaluation is lowered to this graph (``runtime/lower.py``) and run by one executor
+(``runtime/engine.py``) on any backend. Nodes are frozen; a rewrite appends new nodes and
+returns remapped roots, so a graph only grows and old ids stay valid (superseded nodes are
+simply no longer reachable). Placement (which device runs a node) lives in a side table.
+
+Memory semantics, which the meter follows: ``alloc`` ops make a new buffer; ``view`` ops
+(permute, reshape) alias their input; ``inplace`` ops (accumulate, scatter, scale) write
+into input 0 and return it; ``input`` nodes are the caller's arrays (not metered).
+"""
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..errors import ScheduleError
+
+__all__ = ["Op", "Device", "Node", "Graph", "VIEWS", "INPLACE", "BINDINGS"]
+
+
+class Op(enum.Enum):
+    INPUT = "input"          # a leaf block from the caller (params: forest value)
+    SLICE = "slice"          # a batch of an input, as its own array (params: index ranges)
+    ZEROS = "zeros"          # a destination (params: shape)
+    CONTRACT = "contract"    # binary contraction (params: forest value)
+    SCALE = "scale"          # x *= alpha, in place (params: alpha)
+    PERMUTE = "permute"      # transposed view (params: perm)
+    RESHAPE = "reshape"      # reshaped view (params: shape)
+    ACCUMULATE = "accumulate"  # target += alpha * src, in place (params: alpha)
+    SCATTER = "scatter"      # target[index] = src, in place (params: index ranges)
+    INIT = "init"            # out = alpha * src, a new buffer (params: alpha)
+    COPY = "copy"            # to another device (params: target device)
+    BRANCH = "branch"        # alternative routes (inputs: arm exits; params: reconverge)
+
+
+class Device(enum.Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+VIEWS = {Op.PERMUTE, Op.RESHAPE}
+INPLACE = {Op.SCALE, Op.ACCUMULATE, Op.SCATTER}
+BINDINGS = {Op.INPUT, Op.SLICE, Op.ZEROS}      # device-neutral for run extraction
+
+
+@dataclass(frozen=True)
+class Node:
+    op: Op
+    inputs: tuple[int, ...]
+    params: tuple = ()
+    shape: tuple = ()
+    seq: float = 0.0           # emission position: ties in the execution order
+    tag: str = ""              # provenance for dumps ("f12 batch 3", "R2 entry 4")
+
+    def key(self) -> tuple:
+        """CSE identity: op, parameters, inputs (operand order kept: not bitwise safe)."""
+        return (self.op, _bits(self.params), self.inputs)
+
+
+def _bits(params: tuple) -> tuple:
+    """Floats by bit pattern (0.0 and -0.0 differ), recursively."""
+    import struct
+
+    out = []
+    for p in params:
+        if isinstance(p, float):
+            out.append(("f", struct.pack("<d", p)))
+        elif isinstance(p, tuple):
+            out.append(_bits(p))
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+@dataclass
+class Graph:
+    nodes: list[Node] = field(default_factory=list)
+    device: dict[int, Device] = field(default_factory=dict)     # placement side table
+    after: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))  # ordering
+    branches: dict[int, int] = field(default_factory=dict)      # branch node → reconverge
+
+    def push(self, node: Node) -> int:
+        for i in node.inputs:
+            if not 0 <= i < len(self.nodes):
+                raise ScheduleError(f"node input {i} out of range (graph has {len(self.nodes)})")
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def rewrite_input(self, n: int, old: int, new: int) -> None:
+        """Redirect one edge in place (same shape): the one sanctioned mutation."""
+        from dataclasses import replace
+
+        node = self.nodes[n]
+        if self.nodes[old].shape != self.nodes[new].shape:
+            raise ScheduleError(f"rewrite_input n{n}: n{old} and n{new} differ in shape")
+        self.nodes[n] = replace(node, inputs=tuple(new if i == old else i for i in node.inputs))
+
+    def reachable(self, roots) -> set[int]:
+        seen: set[int] = set()
+        stack = list(roots)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            stack.extend(self.nodes[n].inputs)
+            stack.extend(self.after.get(n, ()))
+        return seen
+
+    def order(self, roots) -> list[int]:
+        """Execution order of everything ``roots`` need: a topological order over data and
+        ordering edges, ties broken by emission position (so it is the lowering's order)."""
+        live = self.reachable(roots)
+        deps = {n: set(self.nodes[n].inputs) | set(self.after.get(n, ())) for n in live}
+        users: dict[int, list[int]] = defaultdict(list)
+        for n, ds in deps.items():
+            for d in ds:
+                users[d].append(n)
+        import heapq
+
+        waiting = {n: len(ds) for n, ds in deps.items()}
+        ready = [(self.nodes[n].seq, n) for n, w in waiting.items() if w == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            out.append(n)
+            for u in users[n]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    heapq.heappush(ready, (self.nodes[u].seq, u))
+        if len(out) != len(live):
+            raise ScheduleError("the op graph has a cycle (ordering edges contradict data)")
+        return out
+
+    def consumers(self, roots) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = defaultdict(list)
+        for n in self.order(roots):
+            for i in self.nodes[n].inputs:
+                out[i].append(n)
+        return out
+
+    def dump(self, roots) -> str:
+        lines = []
+        for n in self.order(roots):
+            node = self.nodes[n]
+            dev = self.device.get(n)
+            lines.append(f"n{n} {node.op.value}({', '.join(f'n{i}' for i in node.inputs)})"
+                         f"{' ' + repr(node.params) if node.params else ''}"
+                         f"{' @' + dev.value if dev else ''}{' ' + node.tag if node.tag else ''}")
+        return "\n".join(lines) + "\n"

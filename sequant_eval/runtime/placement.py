@@ -1,0 +1,287 @@
+"""Placement: which device runs each op, decided by a cost model, within a GPU budget.
+
+The cost of an op on a device is a roofline, ``max(flops/rate, bytes/bandwidth)`` plus a
+launch overhead; moving a value between devices costs ``bytes/link + latency``. A
+carry-forward DP over the execution order gives, per op and device, the cheapest way to
+have its result there; the roots must end on the host. Views and in-place ops stay with
+the buffer they touch; inputs live where the caller's arrays are. If the GPU's live bytes
+would exceed its budget, the largest GPU ops are moved back to the CPU until they fit.
+
+Around it, the lock-step driver of the dispatch layer: pathfinders only *add* candidate
+routes (a placement fork records a Branch where a run's CPU and GPU costs are close,
+arm 0 the winner), and optimizers right after each pathfinder *merge or discard* (a
+convergence optimizer collapses duplicate arms and drops arms whose device is not there,
+never the last one).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from math import prod
+
+from .graph import BINDINGS, INPLACE, VIEWS, Device, Graph, Node, Op
+from .runs import extract_runs
+
+__all__ = ["CostModel", "Machine", "place", "gpu_live_peak", "PlacementForkPathfinder",
+           "ConvergenceOptimizer", "run_lockstep", "node_flops"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Priors (overridable by ``measure``): flop/s, byte/s, per-op launch, link speed."""
+
+    rate: dict = field(default_factory=lambda: {Device.CPU: 50e9, Device.GPU: 30e12})
+    bandwidth: dict = field(default_factory=lambda: {Device.CPU: 10e9, Device.GPU: 2e12})
+    launch: dict = field(default_factory=lambda: {Device.CPU: 1e-6, Device.GPU: 10e-6})
+    link: float = 20e9
+    latency: float = 10e-6
+
+    def op_time(self, flops: float, nbytes: float, device: Device) -> float:
+        return max(flops / self.rate[device], nbytes / self.bandwidth[device]) + \
+            self.launch[device]
+
+    def transfer_time(self, nbytes: float) -> float:
+        return nbytes / self.link + self.latency
+
+    @classmethod
+    def measure(cls, gpu: bool = False) -> CostModel:
+        """One-shot micro-benchmark of this machine's GEMM rate and copy bandwidth."""
+        import numpy as np
+
+        a = np.random.default_rng(0).standard_normal((512, 512))
+        a @ a
+        t = time.perf_counter()
+        a @ a
+        cpu_rate = 2 * 512**3 / max(time.perf_counter() - t, 1e-9)
+        b = np.empty(8 << 20)
+        t = time.perf_counter()
+        b.copy()
+        cpu_bw = 2 * b.nbytes / max(time.perf_counter() - t, 1e-9)
+        base = cls()
+        return replace(base, rate=dict(base.rate) | {Device.CPU: cpu_rate},
+                       bandwidth=dict(base.bandwidth) | {Device.CPU: cpu_bw})
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpu: bool = False
+    gpu_budget: float = float("inf")      # bytes the evaluation may hold on the GPU
+    cost: CostModel = field(default_factory=CostModel)
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return (Device.CPU, Device.GPU) if self.gpu else (Device.CPU,)
+
+
+def node_flops(g: Graph, n: int) -> float:
+    node = g.nodes[n]
+    if node.op is Op.CONTRACT:
+        return float(node.params[1]) if len(node.params) > 1 else float(prod(node.shape))
+    if node.op in (Op.ACCUMULATE, Op.INIT, Op.SCALE):
+        return 2.0 * prod(node.shape)
+    return 0.0
+
+
+def _bytes(g: Graph, n: int) -> float:
+    return 8.0 * prod(g.nodes[n].shape) if g.nodes[n].shape else 8.0
+
+
+def _forced(g: Graph, n: int) -> int | None:
+    """The input whose device a node must share (views, in-place ops), if any."""
+    op = g.nodes[n].op
+    return g.nodes[n].inputs[0] if (op in VIEWS or op in INPLACE) else None
+
+
+def place(g: Graph, roots: Sequence[int], machine: Machine,
+          residency: dict[int, Device] | None = None) -> None:
+    """Write a device for every reachable node into ``g.device``."""
+    cost = machine.cost
+    devs = machine.devices
+    order = g.order(roots)
+    best: dict[int, dict[Device, float]] = {}
+    for n in order:
+        node = g.nodes[n]
+        if node.op is Op.INPUT:
+            home = (residency or {}).get(n, Device.CPU)
+            best[n] = {d: (0.0 if d is home else float("inf")) for d in devs}
+            continue
+        io = _bytes(g, n) + sum(_bytes(g, i) for i in node.inputs)
+        own = {d: cost.op_time(node_flops(g, n), io, d) for d in devs}
+        if node.op in BINDINGS or node.op in VIEWS:
+            own = {d: 0.0 for d in devs}
+        forced = _forced(g, n)
+        total = {}
+        for d in devs:
+            t = own[d]
+            for i in node.inputs:
+                if i == forced:
+                    t += best[i][d]
+                else:
+                    t += min(best[i][e] + (0 if e is d else cost.transfer_time(_bytes(g, i)))
+                             for e in devs)
+            total[d] = t
+        best[n] = total
+    chosen: dict[int, Device] = {}
+    for r in roots:
+        chosen[r] = min(devs, key=lambda d: best[r][d] + (
+            0 if d is Device.CPU else cost.transfer_time(_bytes(g, r))))
+    for n in reversed(order):
+        d = chosen.setdefault(n, Device.CPU)
+        forced = _forced(g, n)
+        for i in g.nodes[n].inputs:
+            if i in chosen:
+                continue
+            if i == forced:
+                chosen[i] = d
+            else:
+                chosen[i] = min(devs, key=lambda e: best[i][e] + (
+                    0 if e is d else cost.transfer_time(_bytes(g, i))))
+    g.device.update(chosen)
+    _fit_gpu_budget(g, roots, machine)
+
+
+def gpu_live_peak(g: Graph, roots: Sequence[int]) -> float:
+    """Peak bytes of GPU-resident buffers along the execution order."""
+    order = g.order(roots)
+    last: dict[int, int] = {}
+    for k, n in enumerate(order):
+        for i in g.nodes[n].inputs:
+            last[_owner(g, i)] = k
+    live = peak = 0.0
+    alive: dict[int, float] = {}
+    for k, n in enumerate(order):
+        node = g.nodes[n]
+        if node.op not in VIEWS and node.op not in INPLACE and node.op is not Op.INPUT and \
+                g.device.get(n) is Device.GPU:
+            alive[n] = _bytes(g, n)
+            live += alive[n]
+            peak = max(peak, live)
+        for i in node.inputs:
+            o = _owner(g, i)
+            if last.get(o) == k and o in alive and o not in roots:
+                live -= alive.pop(o)
+    return peak
+
+
+def _owner(g: Graph, n: int) -> int:
+    while g.nodes[n].op in VIEWS or g.nodes[n].op in INPLACE:
+        n = g.nodes[n].inputs[0]
+    return n
+
+
+def _fit_gpu_budget(g: Graph, roots: Sequence[int], machine: Machine) -> None:
+    if not machine.gpu:
+        return
+    while gpu_live_peak(g, roots) > machine.gpu_budget:
+        on_gpu = [n for n in g.reachable(roots) if g.device.get(n) is Device.GPU
+                  and g.nodes[n].op not in VIEWS and g.nodes[n].op not in INPLACE]
+        if not on_gpu:
+            return
+        biggest = max(on_gpu, key=lambda n: (_bytes(g, n), -n))
+        for n in g.reachable(roots):            # the buffer and everything touching it
+            if _owner(g, n) == biggest:
+                g.device[n] = Device.CPU
+
+
+# -- the lock-step driver ------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    machine: Machine
+    tolerance: float = 0.1           # "near-equal": within 10 % of each other
+
+
+def _run_time(g: Graph, members: Sequence[int], device: Device, cost: CostModel) -> float:
+    inside = set(members)
+    t = 0.0
+    for n in members:
+        node = g.nodes[n]
+        if node.op in BINDINGS or node.op in VIEWS:
+            continue
+        io = _bytes(g, n) + sum(_bytes(g, i) for i in node.inputs)
+        t += cost.op_time(node_flops(g, n), io, device)
+        for i in node.inputs:
+            if i not in inside and g.device.get(_owner(g, i), Device.CPU) is not device:
+                t += cost.transfer_time(_bytes(g, i))
+    return t
+
+
+class PlacementForkPathfinder:
+    """Adds a Branch where a run could run on either device at nearly the same cost."""
+
+    def propose(self, g: Graph, roots: Sequence[int], ctx: Context) -> None:
+        if len(ctx.machine.devices) < 2:
+            return
+        users: dict[int, list[int]] = {}
+        for n in g.order(roots):
+            for i in g.nodes[n].inputs:
+                users.setdefault(i, []).append(n)
+        for run in extract_runs(g, roots):
+            if run.device is None or g.nodes[run.entry].op is Op.COPY:
+                continue
+            members = [n for n in run.members if g.nodes[n].op not in BINDINGS]
+            exits = users.get(run.exit, [])
+            if not members or len(exits) != 1 or run.exit in roots:
+                continue
+            other = Device.GPU if run.device is Device.CPU else Device.CPU
+            here = _run_time(g, members, run.device, ctx.machine.cost)
+            there = _run_time(g, members, other, ctx.machine.cost)
+            if abs(here - there) > ctx.tolerance * max(here, there):
+                continue
+            clone: dict[int, int] = {}
+            for n in members:
+                node = g.nodes[n]
+                new = replace(node, inputs=tuple(clone.get(i, i) for i in node.inputs),
+                              tag=f"{node.tag} (arm 1)".strip())
+                clone[n] = g.push(new)
+                g.device[clone[n]] = other
+            branch = g.push(Node(Op.BRANCH, (run.exit, clone[run.exit]), (exits[0],)))
+            g.branches[branch] = exits[0]
+
+
+class ConvergenceOptimizer:
+    """Collapses duplicate arms; drops arms on absent devices, never the last arm."""
+
+    def prune(self, g: Graph, roots: Sequence[int], ctx: Context) -> None:
+        for b in list(g.branches):
+            node = g.nodes[b]
+            arms, seen = [], set()
+            for exit_ in node.inputs:
+                sig = self._signature(g, exit_)
+                dev = g.device.get(exit_)
+                if sig in seen:
+                    continue
+                if dev not in ctx.machine.devices and (arms or exit_ != node.inputs[-1]):
+                    continue
+                seen.add(sig)
+                arms.append(exit_)
+            if not arms:                      # never strand the last viable placement
+                arms = [node.inputs[0]]
+            if len(arms) == 1:
+                if arms[0] != node.inputs[0]:     # the merge reads the survivor directly
+                    g.rewrite_input(node.params[0], node.inputs[0], arms[0])
+                del g.branches[b]
+            elif tuple(arms) != node.inputs:
+                new = g.push(replace(node, inputs=tuple(arms)))
+                del g.branches[b]
+                g.branches[new] = node.params[0]
+
+    @staticmethod
+    def _signature(g: Graph, exit_: int) -> tuple:
+        node = g.nodes[exit_]
+        return (node.op, node.params, node.inputs, g.device.get(exit_))
+
+
+def run_lockstep(g: Graph, roots: Sequence[int], ctx: Context, pathfinders, optimizers,
+                 log: list | None = None) -> None:
+    """Each pathfinder proposes, then every optimizer prunes right away."""
+    for p in pathfinders:
+        p.propose(g, roots, ctx)
+        if log is not None:
+            log.append(("propose", type(p).__name__))
+        for o in optimizers:
+            o.prune(g, roots, ctx)
+            if log is not None:
+                log.append(("prune", type(o).__name__))
