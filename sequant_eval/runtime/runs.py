@@ -70,29 +70,37 @@ def extract_runs(g: Graph, roots: Sequence[int]) -> list[Run]:
     _, arm_entries = _arm_nodes(g, eff)
     runs: list[list[int]] = []
     devices: list[Device | None] = []
+    last: int | None = None            # the open run's last computing member
+    pending: list[int] = []            # bindings wait for the run that reads them
     for n in order:
         node = g.nodes[n]
         if node.op in BINDINGS:
-            preds = []
-        else:
-            preds = [i for i in node.inputs if g.nodes[i].op not in BINDINGS]
+            pending.append(n)
+            continue
+        preds = [i for i in node.inputs if g.nodes[i].op not in BINDINGS]
         dev = g.device.get(n)
-        open_run = runs[-1] if runs else None
-        new = (open_run is None or not preds or n in merges or n in arm_entries
+        new = (not runs or not preds or n in merges or n in arm_entries
                or node.op is Op.COPY or len(preds) > 1
                or g.nodes[preds[0]].op is Op.COPY
-               or preds[0] != open_run[-1]
-               or (dev != devices[-1] and node.op not in BINDINGS))
-        if node.op in BINDINGS and open_run is not None and n not in arm_entries:
-            new = False                    # bindings ride along with the open run
+               or preds[0] != last or dev != devices[-1])
         if new:
-            runs.append([n])
+            runs.append(pending + [n])
             devices.append(dev)
         else:
-            open_run.append(n)
-            if devices[-1] is None:
-                devices[-1] = dev
-    return [Run(r[0], r[-1], tuple(r), d) for r, d in zip(runs, devices)]
+            runs[-1].extend(pending + [n])
+        pending = []
+        last = n
+    if pending:
+        if runs:
+            runs[-1].extend(pending)
+        else:
+            runs.append(pending)
+            devices.append(None)
+    out = []
+    for members, dev in zip(runs, devices):
+        compute = [m for m in members if g.nodes[m].op not in BINDINGS] or members
+        out.append(Run(compute[0], compute[-1], tuple(members), dev))
+    return out
 
 
 def lower_run(run: Run) -> tuple[int, ...]:
