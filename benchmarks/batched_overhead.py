@@ -45,8 +45,8 @@ import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
 from sequant_eval.chem.integrals import SpinOrbitalIntegrals
 from sequant_eval.forest.values import ValueKind
-from sequant_eval.runtime import NumpyBackend, TensorSource, execute
-from sequant_eval.runtime.batched import run_batched
+from sequant_eval.runtime import Device, NumpyBackend, RoutePicker, TensorSource, run_graph
+from sequant_eval.runtime.placement import Machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ccsd_iteration import amplitudes, machine  # noqa: E402  (sibling benchmark)
@@ -123,7 +123,7 @@ class Case:
     system: str
     label: str                       # "unbatched", "50 %", "25 %"
     budget: int | None
-    plan_s: float | None
+    plan_s: tuple[float, float]      # fitting the schedule, lowering it to the op graph
     eval_s: float
     unbatched_s: float
     loops: int
@@ -164,15 +164,16 @@ class TracingBackend(NumpyBackend):
 
     Memory: tracemalloc's level before and after each call and its peak during the call
     give the call's transient (allocated and freed within it). ``resident`` are the arrays
-    that own the caller's leaf memory (allocated before tracing); a leaf the executor holds
-    as a view of one of them is added at its ``nbytes`` while it is alive (a view object of
-    our own per hold, released through a weakref finalizer). In a batched run ``fetch`` only
-    hands the whole block to ``take``, so only the slices are held.
+    that own the caller's leaf memory (allocated before tracing). The meter counts every
+    batch ``slice`` of an input as a buffer, but ``take`` of a contiguous slice is a view of
+    the caller's block and allocates nothing; such a view is added at its ``nbytes`` while
+    it is alive (a view object of our own per slice, released by a weakref finalizer).
+    Whole input blocks are the caller's, and neither the meter nor this counts them.
     """
 
-    def __init__(self, resident: list[np.ndarray], batched: bool) -> None:
+    def __init__(self, resident: list[np.ndarray]) -> None:
+        super().__init__()
         self.resident = {id(a): a for a in resident}
-        self.batched = batched
         self.memory = tracemalloc.is_tracing()
         self.views = 0
         self.trace = Trace()
@@ -187,7 +188,7 @@ class TracingBackend(NumpyBackend):
             weakref.finalize(arr, self._drop, arr.nbytes)
         return arr
 
-    def _call(self, key: str, detail: str, fn, *args):
+    def _call(self, key: str, detail, fn, *args):
         t = self.trace
         if self.memory:
             before = tracemalloc.get_traced_memory()[0]
@@ -199,6 +200,7 @@ class TracingBackend(NumpyBackend):
         if self.memory:
             after, peak = tracemalloc.get_traced_memory()
             op = key.split(" ", 1)[0]
+            detail = detail() if callable(detail) else detail
             t.transients.append(Transient(op, detail, peak - max(before, after)))
             t.held_peak = max(t.held_peak, before + views, after + self.views)
             resident = max(peak + views, after + self.views)
@@ -206,36 +208,41 @@ class TracingBackend(NumpyBackend):
                 t.resident_peak, t.resident_at = resident, f"{op} {detail}"
         return out
 
-    def fetch(self, source, vid):
-        block = self._call("fetch", f"v{vid}", super().fetch, source, vid)
-        return block if self.batched else self._held(block)
-
-    def contract(self, plan, a, b):
-        key = f"contract v{plan.value}"
-        self.trace.plans.setdefault(key, plan.dump())
-        return self._call(key, plan.dump(), super().contract, plan, a, b)
-
-    def accumulate(self, target, src, coeff, perm, move):
-        kind = "move" if move else ("first" if target is None else
-                                    "+=" if coeff in (1.0, -1.0) else "+= coeff*")
-        detail = f"{kind} {tuple(src.shape)} coeff {coeff:g} perm {perm}"
-        return self._call("accumulate", detail, super().accumulate, target, src, coeff, perm,
-                          move)
+    def asarray(self, x):
+        return self._call("input", "", super().asarray, x)
 
     def take(self, block, index, shape):
-        out = self._call("take", f"{tuple(block.shape)} -> {shape}", super().take, block,
-                         index, shape)
+        out = self._call("take", f"{tuple(block.shape)} -> {tuple(shape)}", super().take,
+                         block, index, shape)
         return self._held(out)
-
-    def add_into(self, acc, part):
-        return self._call("add_into", str(tuple(part.shape)), super().add_into, acc, part)
-
-    def write_into(self, dest, index, part):
-        return self._call("write_into", str(tuple(part.shape)), super().write_into, dest,
-                          index, part)
 
     def zeros(self, shape):
         return self._call("zeros", str(tuple(shape)), super().zeros, shape)
+
+    def contract(self, values, vid, a, b, out_shape):
+        key = f"contract v{vid}"
+        plan_key = (vid, a.shape, b.shape, tuple(out_shape))
+        out = self._call(key, lambda: self.plans[plan_key].dump(), super().contract, values,
+                         vid, a, b, out_shape)
+        self.trace.plans.setdefault(key, self.plans[plan_key].dump())
+        return out
+
+    def scale_(self, x, alpha):
+        return self._call("scale", f"{tuple(x.shape)} by {alpha:g}", super().scale_, x, alpha)
+
+    def accumulate_(self, target, src, alpha):
+        kind = "+=" if alpha in (1.0, -1.0) else "+= alpha*"
+        layout = "" if src.flags.c_contiguous else " (transposed view)"
+        return self._call("accumulate", f"{kind} {tuple(src.shape)}{layout}",
+                          super().accumulate_, target, src, alpha)
+
+    def scatter_(self, target, src, index):
+        return self._call("scatter", str(tuple(src.shape)), super().scatter_, target, src,
+                          index)
+
+    def init(self, src, alpha):
+        return self._call("init", f"{tuple(src.shape)} by {alpha:g}", super().init, src,
+                          alpha)
 
 
 def best_times(cases: dict[str, se.Evaluator], tensors, repeats: int) -> dict[str, float]:
@@ -264,19 +271,18 @@ def traced_peak(ev: se.Evaluator, tensors) -> int:
 
 def instrumented(ev: se.Evaluator, tensors, resident: list[np.ndarray],
                  memory: bool) -> Trace:
-    """One evaluation through :class:`TracingBackend` (the program the Evaluator runs),
-    under tracemalloc when ``memory``."""
-    batched = ev.policy is not None
+    """One evaluation of the Evaluator's compiled graph on :class:`TracingBackend` (what
+    ``Compiled.run`` does on a CPU-only machine), under tracemalloc when ``memory``."""
+    program = ev.batched
+    low, roots = program.lowered(False, Machine())
     if memory:
         tracemalloc.start()
     try:
-        backend = TracingBackend(resident, batched)
+        backend = TracingBackend(resident)
         source = TensorSource(ev.forest, tensors, ev.extents)
         start = time.perf_counter()
-        if batched:
-            result = run_batched(ev.batched, backend, source)
-        else:
-            result = execute(ev.program, backend, source)
+        result = run_graph(low.graph, roots, ev.forest, {Device.CPU: backend}, source,
+                           program.store, RoutePicker(low.graph, False, 0.0), low.form_of)
         backend.trace.total_s = time.perf_counter() - start
         del result
     finally:
@@ -313,16 +319,17 @@ def run_system(molecule: str, repeats: int) -> list[Case]:
     eqs = ccsd_equations()
     top = se.analyze(eqs, ints.extents).peak_bytes
 
-    evaluators: dict[str, se.Evaluator] = {"unbatched": se.Evaluator(eqs, ints.extents)}
-    budgets: dict[str, int | None] = {"unbatched": None}
-    plan_s: dict[str, float | None] = {"unbatched": None}
-    for frac in FRACTIONS:
-        label = f"{100 * frac:g} %"
-        budgets[label] = int(frac * top)
+    evaluators: dict[str, se.Evaluator] = {}
+    budgets: dict[str, int | None] = {}
+    plan_s: dict[str, tuple[float, float]] = {}
+    for label, frac in (("unbatched", None), *((f"{100 * f:g} %", f) for f in FRACTIONS)):
+        budgets[label] = None if frac is None else int(frac * top)
         ev = se.Evaluator(eqs, ints.extents, budget=budgets[label])
         start = time.perf_counter()
         ev.batched                                # fits the schedule to the budget
-        plan_s[label] = time.perf_counter() - start
+        lowering = time.perf_counter()
+        ev.batched.lowered(False, Machine())      # the op graph (otherwise on the first run)
+        plan_s[label] = (lowering - start, time.perf_counter() - lowering)
         evaluators[label] = ev
 
     results, meters = {}, {}
@@ -355,13 +362,13 @@ def _mib(n: int) -> str:
 
 
 def table(cases: list[Case]) -> str:
-    head = ("| system | case (budget MiB) | plan s | eval s | / unbatched | loops | GFLOP | "
+    head = ("| system | case (budget MiB) | plan + lower s | eval s | / unbatched | loops | GFLOP | "
             "recompute | predicted peak MiB | meter peak MiB | traced MiB (/ pred) | "
             "resident MiB (/ pred) | max rel diff E / R1 / R2 |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in cases:
         budget = "" if c.budget is None else f" ({_mib(c.budget)})"
-        plan = "—" if c.plan_s is None else f"{c.plan_s:.2f}"
+        plan = f"{c.plan_s[0]:.2f} + {c.plan_s[1]:.2f}"
         meter = _mib(c.metered) + (" (=)" if c.metered == c.predicted else " (**≠**)")
         diff = " / ".join(f"{c.rel_diff[k]:.0e}" for k in ("E", "R1", "R2") if k in c.rel_diff)
         lines.append(

@@ -3,7 +3,9 @@
 - ``cse``: one forward walk; a node whose (op, parameters by bit pattern, inputs) equals
   an earlier one is replaced by it. Operand order is never swapped (a swapped GEMM is not
   bitwise the same). Never folded: inputs, slices (a batch fetched again on purpose, so
-  it need not be held), destinations, in-place ops, copies, branches.
+  it need not be held), destinations, in-place ops, copies, branches, and any buffer that
+  is later updated in place (two sums must not share one accumulator), and the roots
+  (each result is its own array).
 - ``simplify``: exact rewrites only — scale by 1, identity permutation, permutation of a
   permutation, reshape of a reshape, reshape to the same shape.
 - ``order_inplace``: an in-place op (accumulate, scatter, scale) must run after every
@@ -50,9 +52,12 @@ def _keep_or_push(g: Graph, n: int, new: Node) -> int:
 
 def cse(g: Graph, roots: Sequence[int]) -> list[int]:
     seen: dict[tuple, int] = {}
+    written = {_buffer_version(g, g.nodes[n].inputs[0]) for n in g.order(roots)
+               if g.nodes[n].op in INPLACE}          # buffers later updated in place
+    results = set(roots)                             # each result is its caller's own array
 
     def visit(n: int, new: Node) -> int:
-        if new.op in _NO_CSE:
+        if new.op in _NO_CSE or n in written or n in results:
             return _keep_or_push(g, n, new)
         key = (new.key(), g.device.get(n))
         if key in seen:
