@@ -17,12 +17,13 @@ from .errors import SequantEvalError
 __all__ = ["main"]
 
 
-def _extents(items: Sequence[str]) -> dict[str, int]:
+def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
+    """``["i=10", "a=38"]`` → ``{"i": 10, "a": 38}``; anything else names the flag."""
     out: dict[str, int] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not value.strip().isdigit():
-            raise SequantEvalError(f"--extent expects SPACE=N, got {item!r}")
+            raise SequantEvalError(f"{flag} expects SPACE=N, got {item!r}")
         out[name.strip()] = int(value)
     return out
 
@@ -44,7 +45,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     for path in args.files:
         stem = Path(path).stem
         eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=stem)
-    print(analyze(eqs, _extents(args.extent), budget=args.budget).dump(), end="")
+    print(analyze(eqs, _assignments(args.extent, "--extent"), budget=args.budget).dump(), end="")
     return 0
 
 
@@ -65,16 +66,6 @@ def _spaces(text: str | None) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
 
 
-def _blocks(text: str | None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in _spaces(text):
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise SequantEvalError(f"--block expects SPACE=N,..., got {item!r}")
-        out[name.strip()] = int(value)
-    return out
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
     from .api import Evaluator
     from .expr import parse
@@ -91,7 +82,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not contracted and not external:
         contracted = external = tuple(regime.extents)
     policy = BatchPolicy(budget=args.budget, contracted=contracted, external=external,
-                         block=_blocks(args.block))
+                         block=_assignments(_spaces(args.block), "--block"))
     progress = Progress()
     try:
         rep = Evaluator(eqs, regime, policy=policy, progress=progress).analyze()

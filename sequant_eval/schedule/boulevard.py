@@ -20,7 +20,7 @@ from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop, LoopKind
 from ..plan.planner import BatchPlan
-from .forms import Form, FormKind, build_forms
+from .forms import Form, FormKind, build_forms, drop_unread
 
 __all__ = ["RichSchedule", "compute_dag_boulevard"]
 
@@ -105,24 +105,7 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
 
 
 def _drop_unread(canon: list[int], forms: list[Form]) -> tuple[list[int], list[Form]]:
-    """Forms no sum needs any more (a term's own fetch for a contraction that merged with
-    another term's) are dropped; ids are renumbered in order."""
-    keep: set[int] = set()
-    stack = [f.id for f in forms if f.kind is FormKind.SUM]
-    while stack:
-        k = stack.pop()
-        if k not in keep:
-            keep.add(k)
-            stack.extend(forms[k].operands)
-            if forms[k].source >= 0:
-                stack.append(forms[k].source)
-    if len(keep) == len(forms):
-        return canon, forms
-    new = {old: k for k, old in enumerate(sorted(keep))}
-    out = [replace(forms[old], id=new[old],
-                   operands=tuple(new[o] for o in forms[old].operands),
-                   source=new[forms[old].source] if forms[old].source >= 0 else -1)
-           for old in sorted(keep)]
+    new, out = drop_unread(forms, [f.id for f in forms if f.kind is FormKind.SUM])
     return [new.get(c, -1) for c in canon], out
 
 
@@ -277,18 +260,23 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
 
     for root in forest.roots:
         need(sums[root.value])
+    readers, order = _readers_and_order(forms)
+    return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank, readers, order, fused,
+                        term_results, counter)
+
+
+def _readers_and_order(forms: list[Form]) -> tuple[dict, frozenset]:
+    """Who reads each form (reader, leg), and the (outer, inner) loop pairs of every nest."""
     readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
     order: set[tuple[int, int]] = set()
-    for form in forms:
-        for leg, o in enumerate(form.operands):
-            readers[o].append((form.id, leg))
-        if form.source >= 0:
-            readers[form.source].append((form.id, 0))
-        nest = list(form.scope) + list(form.span)
+    for f in forms:
+        for leg, o in enumerate(f.operands):
+            readers[o].append((f.id, leg))
+        if f.source >= 0:
+            readers[f.source].append((f.id, 0))
+        nest = list(f.scope) + list(f.span)
         order.update(zip(nest, nest[1:]))
-    return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank,
-                        {k: tuple(v) for k, v in readers.items()}, frozenset(order), fused,
-                        term_results, counter)
+    return {k: tuple(v) for k, v in readers.items()}, frozenset(order)
 
 
 def rich_from_forms(forms: list[Form], loops: list[Loop]) -> RichSchedule:
@@ -308,15 +296,6 @@ def rich_from_forms(forms: list[Form], loops: list[Loop]) -> RichSchedule:
         else:
             rank.append(counter)
             counter += 1
-    readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    order: set[tuple[int, int]] = set()
-    for f in forms:
-        for leg, o in enumerate(f.operands):
-            readers[o].append((f.id, leg))
-        if f.source >= 0:
-            readers[f.source].append((f.id, 0))
-        nest = list(f.scope) + list(f.span)
-        order.update(zip(nest, nest[1:]))
-    return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc,
-                        {k: tuple(v) for k, v in readers.items()}, frozenset(order), {}, {},
-                        counter)
+    readers, order = _readers_and_order(forms)
+    return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc, readers,
+                        order, {}, {}, counter)

@@ -15,7 +15,7 @@ from ..plan.dp import prefix_for
 from ..plan.loops import LoopKind
 from ..plan.planner import BatchPlan
 
-__all__ = ["FormKind", "Form", "TermForms", "build_forms"]
+__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread"]
 
 
 class FormKind(enum.Enum):
@@ -177,8 +177,15 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
 
 def _prune(forms: list[Form], terms: dict[int, TermForms],
            roots: list[int]) -> tuple[list[Form], dict[int, TermForms]]:
-    """Drop forms nothing reads (a term's own fetches for a contraction another term
-    already made) and renumber the rest, order kept."""
+    new, out = drop_unread(forms, roots)
+    mapped = {v: TermForms(v, tuple(new.get(x, -1) for x in t.results),
+                           tuple(new.get(x, -1) for x in t.builds)) for v, t in terms.items()}
+    return out, mapped
+
+
+def drop_unread(forms: list[Form], roots: list[int]) -> tuple[dict[int, int], list[Form]]:
+    """Keep what ``roots`` read (a term's own fetch for a contraction another term already
+    made is dropped); ids renumbered in order. Returns (old id → new id, forms)."""
     keep: set[int] = set()
     stack = list(roots)
     while stack:
@@ -194,9 +201,7 @@ def _prune(forms: list[Form], terms: dict[int, TermForms],
                    operands=tuple(new[o] for o in forms[old].operands),
                    source=new[forms[old].source] if forms[old].source >= 0 else -1)
            for old in sorted(keep)]
-    mapped = {v: TermForms(v, tuple(new.get(x, -1) for x in t.results),
-                           tuple(new.get(x, -1) for x in t.builds)) for v, t in terms.items()}
-    return out, mapped
+    return new, out
 
 
 def _external(loops, lid: int) -> bool:
