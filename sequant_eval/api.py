@@ -5,12 +5,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import SequantEvalError, UnsupportedFeature
+from .errors import SequantEvalError
 from .expr import Equation, check_extents, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .plan.regime import Regime
-from .runtime import Meter, TensorSource
+from .runtime import TensorSource
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
 from .schedule.budget import fit_forest
@@ -51,7 +51,6 @@ class Report:
     loops: tuple[Loop, ...]
     forest: Forest
     schedule: ScheduleAnalysis | None = None
-    meter: Meter | None = None
 
     def memory(self, title: str = ""):
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
@@ -137,9 +136,8 @@ class Evaluator:
         results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
         return (results, meter) if return_meter else results
 
-    def analyze(self, itemsize: int = 8) -> Report:
-        from .runtime import DryRunBackend
-
+    def analyze(self) -> Report:
+        """The planned dry run (the element size is the policy's)."""
         a = self.batched.analysis
         if self.policy is None or not self.policy.finite:
             unbatched = a.flops

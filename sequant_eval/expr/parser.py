@@ -201,7 +201,6 @@ class _Parser:
         coefficient = Fraction(sign)
         factors: list[Tensor] = []
         operators: list[Operator] = []
-        start = self.tok
         candidates: list[tuple[_Token, Tensor]] = []   # A{..} / P{..}: operators or tensors
         while True:
             if self.tok.kind == "NUMBER":

@@ -157,7 +157,6 @@ def validate(table: CellTable, sched: OrderedSchedule, forest: Forest) -> list[V
     out: list[Violation] = []
     cells = {c.form: c for c in table.cells}
     forms = sched.forms
-    loops = sched.loops
     weighted: dict[int, int] = {c.form: 0 for c in table.cells}
     for r in table.reads:
         src, dst = cells[r.source], cells[r.consumer]

@@ -13,9 +13,9 @@ from ..errors import ScheduleError
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.peak import liveness, peak_profile_sweep, schedule_points
-from .backends import DryRunBackend, get_backend, gpu_available
+from .backends import get_backend, gpu_available
 from .cells import build_cell_table, validate
-from .engine import Meter, run_graph
+from .engine import run_graph
 from .graph import Device
 from .lower import Lowered, lower_schedule
 from .passes import insert_copies, run_passes

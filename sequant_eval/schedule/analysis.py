@@ -1,9 +1,7 @@
 """Plan → boulevard → ordered schedule → static peak, in one call."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from math import prod
 
 from ..plan.regime import Regime
 from ..forest.values import Forest

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..forest.values import Forest, ValueKind
+from ..forest.values import Forest
 from .forms import FormKind
 from .ordered import OrderedSchedule
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from math import prod
 
 from ..forest.values import Forest
 from ..plan.regime import footprint_bytes
 from .forms import Form, FormKind
-from .ordered import BuildStep, OrderedSchedule, ScopeBlock
+from .ordered import OrderedSchedule, ScopeBlock
 
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness",
            "peak_profile_sweep", "peak_profile_replay", "footprint"]

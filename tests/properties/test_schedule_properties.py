@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import sequant_eval as se
 from sequant_eval.plan import BatchPlan, BatchPolicy, plan_forest
-from sequant_eval.schedule import BuildStep, FormKind, ScopeBlock, analyze_schedule
+from sequant_eval.schedule import FormKind, ScopeBlock, analyze_schedule
 from sequant_eval.schedule.analysis import term_peak
 from sequant_eval.schedule.peak import peak_profile_replay
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from sequant_eval.runtime.graph import Device, Op
