@@ -63,6 +63,7 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             reads[o] = reads.get(o, 0) + 1
     keep = {_owner(g, alias.get(r, r)) for r in roots}
     out: dict[int, object] = {}
+    versions: dict[int, list[int]] = {}    # owner → every node holding its buffer
     size: dict[int, int] = {}
     dev_live: dict[str, int] = {}
     dev_peak: dict[str, int] = {}
@@ -108,6 +109,7 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         else:                                  # branches are never executed
             continue
         out[n] = res
+        versions.setdefault(_owner(g, n), []).append(n)
         flops += float(node.params[-1]) if op in _COUNTED and len(node.params) > 1 else 0.0
         if form_of is not None and n in form_of:
             builds[form_of[n]] = builds.get(form_of[n], 0) + 1
@@ -127,7 +129,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
                 live -= size[o]
                 dev = g.device.get(o, Device.CPU).value
                 dev_live[dev] = dev_live.get(dev, 0) - size.pop(o)
-                out.pop(o, None)
+                for v in versions.pop(o, ()):       # views and in-place versions too
+                    out.pop(v, None)
     pool = max((getattr(b, "pool_bytes", lambda: 0)() for b in backends.values()), default=0)
     name = "+".join(sorted({b.name for b in backends.values()}))
     results = {r: out[alias.get(r, r)] for r in roots}
