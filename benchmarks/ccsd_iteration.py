@@ -296,7 +296,21 @@ def write_doc(rows: list[Row], dgemm: float, repeats: int) -> None:
         "",
     ]
     DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text("\n".join(text), encoding="utf-8")
+    DOC.write_text("\n".join(text) + _other_sections(), encoding="utf-8")
+
+
+def _other_sections() -> str:
+    """Sections other scripts wrote into the doc (kept as they are)."""
+    if not DOC.exists():
+        return ""
+    mine = {"## Machine", "## How to reproduce"}
+    kept, keep = [], False
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            keep = line.strip() not in mine
+        if keep:
+            kept.append(line)
+    return ("\n" + "\n".join(kept) + "\n") if kept else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ runs on the GPU. The dry run carries shapes only (sizes may be composite means).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
@@ -59,11 +59,15 @@ class NumpyBackend:
     def zeros(self, shape):
         return np.zeros(shape)
 
-    def contract(self, values, vid: int, a, b, out_shape):
-        key = (vid, a.shape, b.shape, tuple(out_shape))
+    def contract(self, values, vid: int, a, b, out_shape, layout=None):
+        """``values[vid]`` of ``a`` and ``b``; ``layout`` (a permutation of the value's modes)
+        asks for the result written in that order instead of the value's own."""
+        key = (vid, a.shape, b.shape, tuple(out_shape), layout)
         plan = self.plans.get(key)
         if plan is None:
             v = values[vid]
+            if layout is not None:
+                v = replace(v, result=tuple(v.result[p] for p in layout))
             plan = plan_contraction(v, values[v.left.value], values[v.right.value],
                                     tuple(out_shape), a.shape, b.shape)
             self.plans[key] = plan
@@ -156,7 +160,7 @@ class ArrayApiBackend:
     def zeros(self, shape):
         return self.xp.zeros(tuple(shape), dtype=self.xp.float64)
 
-    def contract(self, values, vid: int, a, b, out_shape):
+    def contract(self, values, vid: int, a, b, out_shape, layout=None):
         xp = self.xp
         v: Value = values[vid]
         lm, rm, res = v.left.modes, v.right.modes, v.result
@@ -171,6 +175,8 @@ class ArrayApiBackend:
         z = xp.matmul(xp.reshape(x, (nb, nfa, nk)), xp.reshape(y, (nb, nk, nfb)))
         natural = batch + fa + fb
         z = xp.reshape(z, tuple(ext[m] for m in natural))
+        if layout is not None:
+            res = tuple(res[p] for p in layout)
         z = xp.permute_dims(z, tuple(natural.index(m) for m in res))
         return xp.reshape(z, tuple(out_shape))
 
@@ -277,7 +283,7 @@ class DryRunBackend:
     def zeros(self, shape):
         return DryArray(tuple(shape), self.itemsize)
 
-    def contract(self, values, vid, a, b, out_shape):
+    def contract(self, values, vid, a, b, out_shape, layout=None):
         return DryArray(tuple(out_shape), self.itemsize)
 
     def scale_(self, x, alpha):

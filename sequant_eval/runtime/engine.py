@@ -88,7 +88,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         elif op is Op.ZEROS:
             res = be.zeros(node.shape)
         elif op is Op.CONTRACT:
-            res = be.contract(values, node.params[0], args[0], args[1], node.shape)
+            res = be.contract(values, node.params[0], args[0], args[1], node.shape,
+                              node.params[1] if len(node.params) > 2 else None)
         elif op is Op.SCALE:
             res = be.scale_(args[0], node.params[0])
         elif op is Op.PERMUTE:

@@ -77,7 +77,7 @@ class Machine:
 def node_flops(g: Graph, n: int) -> float:
     node = g.nodes[n]
     if node.op is Op.CONTRACT:
-        return float(node.params[1]) if len(node.params) > 1 else float(prod(node.shape))
+        return float(node.params[-1]) if len(node.params) > 1 else float(prod(node.shape))
     if node.op in (Op.ACCUMULATE, Op.INIT, Op.SCALE):
         return 2.0 * prod(node.shape)
     return 0.0
