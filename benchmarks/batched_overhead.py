@@ -210,11 +210,11 @@ class TracingBackend(NumpyBackend):
     def zeros(self, shape):
         return self._call("zeros", str(tuple(shape)), super().zeros, shape)
 
-    def contract(self, values, vid, a, b, out_shape):
+    def contract(self, values, vid, a, b, out_shape, layout=None):
         key = f"contract v{vid}"
-        plan_key = (vid, a.shape, b.shape, tuple(out_shape))
+        plan_key = (vid, a.shape, b.shape, tuple(out_shape), layout)
         out = self._call(key, lambda: self.plans[plan_key].dump(), super().contract, values,
-                         vid, a, b, out_shape)
+                         vid, a, b, out_shape, layout)
         self.trace.plans.setdefault(key, self.plans[plan_key].dump())
         return out
 
