@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..forest.values import Forest
 from .graph import INPLACE, VIEWS, Device, Graph, Op
-from .runs import lower_picked_route_streaming
+from .runs import extract_runs, lower_picked_route_streaming
 
 __all__ = ["Meter", "run_graph"]
 
@@ -48,6 +48,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
     """Execute; returns ``({root node: array}, Meter)``."""
     resolve = resolve or (lambda b: 0)
     order = lower_picked_route_streaming(g, roots, resolve)
+    run_of = {n: k for k, run in enumerate(extract_runs(g, roots)) for n in run.members}
+    streams: dict[int, object] = {}       # GPU runs: one stream each (CuPy)
     values = forest.values
     default = backends[Device.CPU]
     alias: dict[int, int] = {}
@@ -75,6 +77,11 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         node = g.nodes[n]
         device = g.device.get(n, Device.CPU)
         be = backends.get(device, default)
+        if hasattr(be, "stream") and device is Device.GPU:
+            run = run_of.get(n, -1)
+            if run not in streams:
+                streams[run] = be.stream()
+            streams[run].use()
         args = [out[alias.get(i, i)] for i in node.inputs]
         op = node.op
         if op is Op.INPUT:
