@@ -58,8 +58,8 @@ class CCSDRun:
             f"  flops/iteration {format_flops(m.flops)}"
             + (f" (recompute overhead {p.recompute_overhead:.3f}x, {len(p.loops)} loops)"
                if p.loops else ""),
-            f"  forest: {p.program.forest.binary_contractions} binary contractions -> "
-            f"{p.program.forest.distinct_contractions} distinct values",
+            f"  forest: {p.forest.binary_contractions} binary contractions -> "
+            f"{p.forest.distinct_contractions} distinct values",
         ])
 
 
