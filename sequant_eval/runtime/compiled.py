@@ -103,7 +103,8 @@ class Compiled:
                              [ConvergenceOptimizer()])
                 from .runs import effective_roots
 
-                insert_copies(g, effective_roots(g, roots))
+                eff = effective_roots(g, roots)
+                roots = insert_copies(g, eff)[: len(roots)]      # arms are bridged too
             names = dict(zip(low.roots, roots[: len(low.roots)]))
             kept = dict(zip(low.kept, roots[len(low.roots):]))
             self._lowered[key] = (Lowered(g, names, kept, low.form_of), roots)

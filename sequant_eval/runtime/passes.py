@@ -36,6 +36,15 @@ def _rewrite(g: Graph, roots: Sequence[int], visit) -> list[int]:
         inputs = tuple(remap.get(i, i) for i in node.inputs)
         new = node if inputs == node.inputs else replace(node, inputs=inputs)
         remap[n] = visit(n, new)
+    for n in list(g.after):                         # ordering edges follow rewrites too
+        deps = {remap.get(x, x) for x in g.after[n]}
+        g.after[remap.get(n, n)] = g.after.get(remap.get(n, n), set()) | deps
+    for b, merge in list(g.branches.items()):      # branches follow their rewritten ends
+        nb, nm = remap.get(b, b), remap.get(merge, merge)
+        if (nb, nm) != (b, merge):
+            del g.branches[b]
+            g.nodes[nb] = replace(g.nodes[nb], params=(nm,))
+            g.branches[nb] = nm
     return [remap.get(r, r) for r in roots]
 
 

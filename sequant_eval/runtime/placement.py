@@ -225,6 +225,10 @@ class PlacementForkPathfinder:
             exits = users.get(run.exit, [])
             if not members or len(exits) != 1 or run.exit in roots:
                 continue
+            inside = set(run.members)
+            if any(u not in inside for n in members if n != run.exit
+                   for u in users.get(n, ())):
+                continue                  # an arm's interior must not be read from outside
             other = Device.GPU if run.device is Device.CPU else Device.CPU
             here = _run_time(g, members, run.device, ctx.machine.cost)
             there = _run_time(g, members, other, ctx.machine.cost)
@@ -239,6 +243,7 @@ class PlacementForkPathfinder:
                 g.device[clone[n]] = other
             branch = g.push(Node(Op.BRANCH, (run.exit, clone[run.exit]), (exits[0],)))
             g.branches[branch] = exits[0]
+            g.after[exits[0]].add(clone[run.exit])     # the merge waits for either arm
 
 
 class ConvergenceOptimizer:
