@@ -47,8 +47,12 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
               form_of: Mapping[int, int] | None = None):
     """Execute; returns ``({root node: array}, Meter)``."""
     resolve = resolve or (lambda b: 0)
-    order = lower_picked_route_streaming(g, roots, resolve)
-    run_of = {n: k for k, run in enumerate(extract_runs(g, roots)) for n in run.members}
+    key = ("route", tuple(roots))
+    if g.branches or key not in g.memo:        # a branchless route never changes: keep it
+        order = lower_picked_route_streaming(g, roots, resolve)
+        run_of = {n: k for k, run in enumerate(extract_runs(g, roots)) for n in run.members}
+        g.memo[key] = (order, run_of)
+    order, run_of = g.memo[key]
     streams: dict[int, object] = {}       # GPU runs: one stream each (CuPy)
     values = forest.values
     default = backends[Device.CPU]

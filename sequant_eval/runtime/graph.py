@@ -80,8 +80,11 @@ class Graph:
     device: dict[int, Device] = field(default_factory=dict)     # placement side table
     after: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))  # ordering
     branches: dict[int, int] = field(default_factory=dict)      # branch node → reconverge
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # derived; cleared
+    # on every push and edge rewrite (placement is done before a graph is first run)
 
     def push(self, node: Node) -> int:
+        self.memo.clear()                      # anything derived from the arena is stale
         for i in node.inputs:
             if not 0 <= i < len(self.nodes):
                 raise ScheduleError(f"node input {i} out of range (graph has {len(self.nodes)})")
@@ -95,6 +98,7 @@ class Graph:
         """Redirect one edge in place (same shape): the one sanctioned mutation."""
         from dataclasses import replace
 
+        self.memo.clear()
         node = self.nodes[n]
         if self.nodes[old].shape != self.nodes[new].shape:
             raise ScheduleError(f"rewrite_input n{n}: n{old} and n{new} differ in shape")
