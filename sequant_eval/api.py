@@ -108,6 +108,7 @@ class Evaluator:
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())))
         self._batched = None
+        self._unbatched_flops: int | None = None
 
     @property
     def batched(self):
@@ -142,8 +143,10 @@ class Evaluator:
         if self.policy is None or not self.policy.finite:
             unbatched = a.flops
         else:
-            unbatched = analyze_schedule(
-                self.forest, plan_forest(self.forest, self.regime, BatchPolicy())).flops
+            if self._unbatched_flops is None:       # computed once per evaluator
+                self._unbatched_flops = analyze_schedule(
+                    self.forest, plan_forest(self.forest, self.regime, BatchPolicy())).flops
+            unbatched = self._unbatched_flops
         return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
                       self.forest, schedule=a)

@@ -24,6 +24,8 @@ from sequant_eval.chem.solver import (  # noqa: E402
 )
 from sequant_eval.errors import MissingTensor, ShapeMismatch  # noqa: E402
 
+from tests.chem.pyscf_oracle import pyscf_gccsd, to_pyscf  # noqa: E402
+
 try:  # run from the repository root (tests as a namespace package) or via pytest's rootdir
     from tests.chem.ccsd_reference import reference_residual
 except ImportError:  # pragma: no cover - depends on how pytest was started
@@ -42,11 +44,6 @@ def _residual_fn(ints: SpinOrbitalIntegrals):
     return residual
 
 
-def _to_pyscf(t1: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Our (a, i) / (a, b, i, j) layouts -> PySCF's (i, a) / (i, j, a, b)."""
-    return t1.T.copy(), t2.transpose(2, 3, 0, 1).copy()
-
-
 @pytest.fixture(scope="module", params=BASES)
 def solved(request):
     ints = SpinOrbitalIntegrals.from_molecule("water", request.param)
@@ -60,19 +57,10 @@ def solved(request):
 def test_ccsd_energy_matches_pyscf_gccsd(solved):
     basis, ints, result = solved
     assert result.converged, str(result)
-    mycc = cc.GCCSD(ints.scf)
-    mycc.conv_tol = 1e-12
-    mycc.conv_tol_normt = 1e-8
-    if basis == "cc-pvdz":
-        # PySCF's own DIIS needs ~10 s from scratch here; start it from our amplitudes
-        # instead: a wrong solution would be iterated away (and the energy would move).
-        # The from-scratch run is test_ccsd_cc_pvdz_from_scratch (marked slow).
-        mycc.kernel(*_to_pyscf(result.t["t1"], result.t["t2"]))
-    else:
-        mycc.kernel()
-    assert mycc.converged
+    # the from-scratch cc-pVDZ run is test_ccsd_cc_pvdz_from_scratch (marked slow)
+    mycc = pyscf_gccsd(ints, result, from_ours=basis == "cc-pvdz", normt=1e-8)
     assert result.e_corr == pytest.approx(mycc.e_corr, abs=1e-9)
-    t1, t2 = _to_pyscf(result.t["t1"], result.t["t2"])
+    t1, t2 = to_pyscf(result.t["t1"], result.t["t2"])
     np.testing.assert_allclose(t1, mycc.t1, atol=1e-7)
     np.testing.assert_allclose(t2, mycc.t2, atol=1e-7)
 
@@ -127,9 +115,9 @@ def test_reference_residual_matches_pyscf_update_amps(water_631g):
     d = denominators(ints)
     mycc = cc.GCCSD(ints.scf)
     eris = mycc.ao2mo()
-    p1, p2 = _to_pyscf(t1, t2)
+    p1, p2 = to_pyscf(t1, t2)
     new1, new2 = mycc.update_amps(p1, p2, eris)
-    ours1, ours2 = _to_pyscf(t1 + r1 / d["t1"], t2 + r2 / d["t2"])
+    ours1, ours2 = to_pyscf(t1 + r1 / d["t1"], t2 + r2 / d["t2"])
     np.testing.assert_allclose(new1, ours1, atol=1e-11)
     np.testing.assert_allclose(new2, ours2, atol=1e-11)
     assert e == pytest.approx(mycc.energy(p1, p2, eris), abs=1e-12)
