@@ -29,10 +29,18 @@ from sequant_eval.errors import SequantEvalError, ShapeMismatch, UnknownSpace, U
 
 __all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider"]
 
-#: A provider: takes one space name per slot and returns that block.
-BlockProvider = Callable[[tuple[str, ...]], np.ndarray]
+#: A provider: takes one space name per slot and the element ranges wanted (one
+#: ``(start, stop)`` per slot, or None for the whole block) and returns that sub-block.
+BlockProvider = Callable[..., np.ndarray]
 
 _SPACE_NAMES = ("i", "a")
+
+
+def _sub_block(block: np.ndarray, ranges) -> np.ndarray:
+    """``block`` restricted to ``ranges`` (one ``(start, stop)`` per slot; None: all)."""
+    if ranges is None:
+        return block
+    return block[tuple(slice(lo, hi) for lo, hi in ranges)]
 
 
 class SCFNotConverged(SequantEvalError):
@@ -48,7 +56,8 @@ class SpinOrbitalIntegrals:
     Attributes
     ----------
     nocc, nvir : int
-        Numbers of occupied and virtual *spin* orbitals.
+        Numbers of active occupied and virtual *spin* orbitals (``frozen=N`` leaves the
+        ``N`` lowest spatial orbitals, ``2N`` spin orbitals, uncorrelated).
     e_hf : float
         Total RHF energy (including nuclear repulsion), Hartree.
     mo_energy : numpy.ndarray
@@ -60,10 +69,15 @@ class SpinOrbitalIntegrals:
         The converged mean-field object the integrals came from.
     """
 
-    def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30) -> None:
-        mo_coeff = np.asarray(mf.mo_coeff, dtype=np.float64)
+    def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30, frozen: int = 0) -> None:
+        from .closed_shell import check_frozen
+
+        mo_all = np.asarray(mf.mo_coeff, dtype=np.float64)
         mo_occ = np.asarray(mf.mo_occ)
-        nocc_sp = int(np.count_nonzero(mo_occ > 0))
+        nfrozen = check_frozen(frozen, int(np.count_nonzero(mo_occ > 0)))
+        mo_coeff = mo_all[:, nfrozen:]
+        nocc_sp = int(np.count_nonzero(mo_occ > 0)) - nfrozen
+        self.nfrozen = nfrozen
         self.scf = mf
         self._mo_coeff = mo_coeff
         self._nocc_sp = nocc_sp
@@ -78,7 +92,7 @@ class SpinOrbitalIntegrals:
         self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
 
         # Fock matrix rebuilt from the density (as PySCF's CC codes do), in the MO basis.
-        dm = mf.make_rdm1(mo_coeff, mo_occ)
+        dm = mf.make_rdm1(mo_all, mo_occ)     # the full density: frozen core included
         fock_ao = mf.get_fock(dm=dm)
         fock_sp = mo_coeff.T @ fock_ao @ mo_coeff
         self._fock = np.kron(fock_sp, np.eye(2))  # index 2P+sigma, spin-diagonal
@@ -147,7 +161,7 @@ class SpinOrbitalIntegrals:
         """``{"f": fock_provider, "g": eri_provider}``; see :meth:`fock` and :meth:`eri`."""
         return {"f": self.fock, "g": self.eri}
 
-    def fock(self, spaces: tuple[str, ...]) -> np.ndarray:
+    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Fock block ``f[p, q]`` for ``spaces = (space_p, space_q)``, e.g. ``("i", "a")``.
 
         Returns a read-only C-contiguous float64 array of shape
@@ -156,9 +170,9 @@ class SpinOrbitalIntegrals:
         sp, sq = self._check("f", spaces, 2)
         block = np.ascontiguousarray(self._fock[self._spin_slice(sp), self._spin_slice(sq)])
         block.setflags(write=False)
-        return block
+        return _sub_block(block, ranges)
 
-    def eri(self, spaces: tuple[str, ...]) -> np.ndarray:
+    def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Antisymmetrized block ``<pq||rs>`` for ``spaces = (sp, sq, sr, ss)``.
 
         Any order of spaces works, e.g. ``("a", "i", "i", "a")`` gives ``<aj||ib>``
@@ -171,7 +185,7 @@ class SpinOrbitalIntegrals:
             block = self._spin_block(*key)
             block.setflags(write=False)
             self._g_cache[key] = block
-        return block
+        return _sub_block(block, ranges)
 
     def clear_cache(self) -> None:
         """Drop all cached integral blocks (spatial and spin-orbital)."""

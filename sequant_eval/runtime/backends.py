@@ -16,7 +16,8 @@ import opt_einsum
 
 from ..errors import SequantEvalError
 from ..forest.values import Value
-from .kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
+from .sources import LeafReader
+from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
 __all__ = ["NumpyBackend", "ArrayApiBackend", "CupyBackend", "DryRunBackend", "DryArray",
            "get_backend", "gpu_available"]
@@ -54,6 +55,8 @@ class NumpyBackend:
         return np.ascontiguousarray(x)
 
     def take(self, block, index, shape):
+        if isinstance(block, LeafReader):      # the batch's sub-block, read from the source
+            return np.ascontiguousarray(block.read(index))
         return np.ascontiguousarray(block[_slices(index, block.ndim)])
 
     def zeros(self, shape):
@@ -154,6 +157,8 @@ class ArrayApiBackend:
         return self.xp.asarray(x)
 
     def take(self, block, index, shape):
+        if isinstance(block, LeafReader):
+            return self.xp.asarray(np.ascontiguousarray(block.read(index)), copy=True)
         part = block[_slices(index, len(block.shape))]
         return self.xp.asarray(part, copy=True)
 

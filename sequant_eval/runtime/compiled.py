@@ -67,6 +67,8 @@ class Compiled:
             if persist else frozenset()
         self.skip = self._skippable() if persist else frozenset()
         self.store: dict[int, object] = {}
+        self.batched_leaves = frozenset(f.value for f in self.sched.forms
+                                        if f.kind is FormKind.LEAF and f.sliced)
         self._backends: dict[str, dict] = {}
         self._lowered: dict[tuple, tuple[Lowered, list[int]]] = {}
 
@@ -122,7 +124,8 @@ class Compiled:
                          kept=self.persistent,
                          stored=self.persistent if warm else frozenset(),
                          skipped=self.skip if warm else frozenset())
-        return peak_profile_sweep(cells, len(points)).peak_bytes
+        skipped = self.skip | self.persistent if warm else frozenset()
+        return peak_profile_sweep(cells, len(points), a.transient(skipped)).peak_bytes
 
     def run(self, backend: str = "numpy", source=None, gpu_budget: float = float("inf")):
         """Evaluate: ``({equation: array}, Meter)``."""
@@ -140,6 +143,8 @@ class Compiled:
         low, roots = self.lowered(warm, machine)
         if source is None:
             source = _Shapes(self.analysis.shapes)
+        elif hasattr(source, "check_batched"):
+            source.check_batched(self.batched_leaves)
         picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
         out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
                                picker, low.form_of)

@@ -3,7 +3,8 @@
 Branches are resolved by the route picker as the walk reaches them (streaming form); a
 picked arm's exit stands in for arm 0's wherever the merge reads it. Memory is metered per
 buffer: an allocating op adds its bytes, views and in-place ops reuse their input's buffer,
-the caller's inputs are not counted, and a buffer is released after the last read of any
+an input node is only a reader of the caller's tensor (no data: each batch's ``slice``
+fetches its own sub-block and is counted at its size), and a buffer is released after the last read of any
 of its versions (roots and kept values stay). The peak is taken after every allocation —
 the static sweep's rule — so a dry run meters exactly the predicted peak.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from ..forest.values import Forest
 from .graph import INPLACE, VIEWS, Device, Graph, Op
 from .runs import extract_runs, lower_picked_route_streaming
+from .sources import LeafReader
 
 __all__ = ["Meter", "run_graph"]
 
@@ -88,12 +90,13 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             streams[run].use()
         args = [out[alias.get(i, i)] for i in node.inputs]
         op = node.op
+        transient = 0
         if op is Op.INPUT:
             if node.params[0] == "stored":
                 res = store[node.params[1]]
             else:
-                res = be.asarray(source.fetch(node.params[0])) if not be.symbolic else \
-                    be.zeros(source.shape(node.params[0]))
+                res = source.reader(node.params[0]) if not be.symbolic else \
+                    be.zeros(source.shape(node.params[0]))      # a reader: no data read
         elif op is Op.SLICE:
             res = be.take(args[0], node.params[0], node.shape)
         elif op is Op.ZEROS:
@@ -101,6 +104,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         elif op is Op.CONTRACT:
             res = be.contract(values, node.params[0], args[0], args[1], node.shape,
                               node.params[1] if len(node.params) > 2 else None)
+            if len(node.params) > 3 and node.params[2]:    # the kernel's temporaries
+                transient = node.params[2] * (getattr(res, "itemsize", None) or 8)
         elif op is Op.SCALE:
             res = be.scale_(args[0], node.params[0])
         elif op is Op.PERMUTE:
@@ -115,7 +120,10 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             res = be.init(args[0], node.params[0])
         elif op is Op.COPY:
             target = backends.get(Device(node.params[0]), default)
-            res = target.from_host(be.to_host(args[0]) if be is not target else args[0])
+            if isinstance(args[0], LeafReader):      # a reader is read where it is sliced
+                res = args[0]
+            else:
+                res = target.from_host(be.to_host(args[0]) if be is not target else args[0])
             device = Device(node.params[0])
             be = target
         else:                                  # branches are never executed
@@ -132,8 +140,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             live += size[n]
             dev_live[device.value] = dev_live.get(device.value, 0) + size[n]
             dev_peak[device.value] = max(dev_peak.get(device.value, 0), dev_live[device.value])
-            if live > peak:
-                peak, step, snapshot = live, k, tuple(sorted(size))
+            if live + transient > peak:
+                peak, step, snapshot = live + transient, k, tuple(sorted(size))
         for i in node.inputs:
             o = _owner(g, alias.get(i, i))
             reads[o] -= 1

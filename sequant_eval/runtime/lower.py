@@ -60,47 +60,7 @@ class _Lowering:
         self.persistent, self.stored, self.skipped = persistent, stored, skipped
         self.seq = 0
         self.form_of: dict[int, int] = {}
-        self.layouts = self._sum_layouts()
-
-    def _sum_layouts(self) -> dict[int, tuple[int, ...]]:
-        """Contractions read only by sum entries are written in the order most of those
-        entries read them, so their adds are contiguous rather than transposed (a sum
-        that takes over a term's buffer needs the term's own order: left alone)."""
-        out = {}
-        for f in self.forms:
-            if f.kind is not FormKind.CONTRACT or f.scope:
-                continue
-            readers = self.a.rich.readers.get(f.id, ())
-            if not readers or any(self.forms[r].kind is not FormKind.SUM or (r, leg) in
-                                  self.moved for r, leg in readers):
-                continue
-            perms = [self.a.forest.values[self.forms[r].value].entries[leg].perm
-                     for r, leg in readers]
-            best = max(perms, key=lambda p: (perms.count(p), -perms.index(p)))
-            if best != tuple(range(len(best))) and self._cheap_in(f, best):
-                out[f.id] = best
-        return out
-
-    def _cheap_in(self, f, layout: tuple[int, ...]) -> bool:
-        """Whether the contraction costs no more written in ``layout`` than in its own
-        order, by the kernel planner's cost model (an add it saves is not worth a
-        transposing copy of the result)."""
-        from dataclasses import replace as _replace
-
-        from .kernels import plan_contraction
-
-        values = self.a.forest.values
-        v = values[f.value]
-        shapes = self.a.shapes
-        own = tuple(shapes[f.value])
-        a, b = tuple(shapes[v.left.value]), tuple(shapes[v.right.value])
-        if any(not float(x).is_integer() for x in own + a + b):
-            return False                       # mean-sized composite modes: no kernels
-        base = plan_contraction(v, values[v.left.value], values[v.right.value], own, a, b)
-        moved = _replace(v, result=tuple(v.result[p] for p in layout))
-        there = plan_contraction(moved, values[v.left.value], values[v.right.value],
-                                 tuple(own[p] for p in layout), a, b)
-        return there.cost_us <= base.cost_us
+        self.layouts = a.layouts          # contractions written in their sums' order
 
     def emit(self, op: Op, inputs=(), params=(), shape=(), tag="") -> int:
         self.seq += 1
@@ -200,9 +160,10 @@ class _Lowering:
             shape = self.shape(step.form)
             if layout is not None:
                 shape = tuple(shape[p] for p in layout)
+            scratch = self.a.scratch.get(step.form, 0)       # kernel temporaries, elements
             self.node_of[step.form] = self.emit(Op.CONTRACT, ops,
-                                                (f.value, layout, 2.0 * prod(ext.values())),
-                                                shape, tag)
+                                                (f.value, layout, scratch,
+                                                 2.0 * prod(ext.values())), shape, tag)
         self.form_of[self.node_of[step.form]] = step.form
 
     def accumulate(self, step: BuildStep, tag: str) -> None:

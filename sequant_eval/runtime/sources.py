@@ -1,43 +1,95 @@
-"""Where leaf blocks come from: the user's ``tensors`` mapping, checked before any work.
+"""Where leaf blocks come from: the caller's ``tensors``, read per batch, checked before work.
 
-A tensor may be given as one array whose every axis spans all spaces (concatenated in
-``extents`` order; a block is sliced out per slot space), as a mapping from a tuple of space
-names to the block, or as a callable taking that tuple and returning the block.
+A tensor may be given as
+
+- one array (NumPy, or any array-like with ``shape`` and NumPy-style slicing: ``h5py``
+  datasets, ``np.memmap``, ``zarr`` arrays) whose axis at each slot spans, in ``extents``
+  order, the spaces the equations use at that slot (a Fock matrix read as ``f{i;a}`` and
+  ``f{a;a}`` spans ``i,a`` on both axes; one that is also read with an auxiliary index does
+  not); an axis spanning every space in ``extents`` is accepted too;
+- a mapping from a tuple of space names to that block (an array or array-like);
+- a provider ``provider(spaces, ranges)`` returning exactly the sub-block
+  ``block[r0[0]:r0[1], r1[0]:r1[1], ...]`` of the block ``spaces`` (``ranges`` holds one
+  ``(start, stop)`` pair of element offsets per slot). A provider taking only ``spaces``
+  returns the whole block; it is accepted while no plan reads that block in batches.
+
+Nothing is read before the engine needs it: a leaf read inside batch loops asks its source
+for exactly that batch's sub-block (``LeafReader.read``), so an array-like on disk is
+never read whole.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import MissingTensor, ShapeMismatch, UnsupportedFeature
+from ..errors import InputTypeError, MissingTensor, ShapeMismatch, UnsupportedFeature
 from ..forest.values import Forest, ValueKind
 
-__all__ = ["TensorSource"]
+__all__ = ["TensorSource", "LeafReader"]
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+def _is_arraylike(x: object) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "__getitem__") and not isinstance(x, Mapping)
+
+
+def _takes_ranges(fn: Callable) -> bool:
+    """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    params = [p for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+    return star or len(params) >= 2
+
+
+class LeafReader:
+    """One leaf block of one tensor, readable by sub-block; holds no data itself."""
+
+    def __init__(self, name: str, spaces: tuple[str, ...], shape: tuple[int, ...],
+                 read: Callable[[Ranges], object]) -> None:
+        self.name = name
+        self.spaces = spaces
+        self.shape = shape
+        self._read = read
+
+    def read(self, ranges: Sequence[tuple[int, int] | None] | None = None):
+        """The sub-block at ``ranges`` (``None`` for a whole axis) as a NumPy-readable array."""
+        full = tuple((0, n) if r is None else (int(r[0]), int(r[1]))
+                     for r, n in zip(ranges or (None,) * len(self.shape), self.shape))
+        return self._read(full)
 
 
 class TensorSource:
-    """Resolves leaf values of a forest to arrays, with errors that name the culprit."""
+    """Resolves leaf values of a forest to readers, with errors that name the culprit."""
 
     def __init__(self, forest: Forest, tensors: Mapping[str, object],
                  extents: Mapping[str, int]) -> None:
+        if not isinstance(tensors, Mapping):
+            raise InputTypeError(
+                f"tensors must be a mapping from tensor name to an array, a mapping of "
+                f"blocks or a provider, got {type(tensors).__name__}")
         self.forest = forest
         self.tensors = tensors
         self.extents = dict(extents)
-        self.offsets: dict[str, int] = {}
-        total = 0
-        for name, n in self.extents.items():
-            self.offsets[name] = total
-            total += n
-        self.total = total
+        self._readers: dict[int, LeafReader] = {}
+        self._layouts: dict[str, list[tuple[int, dict[str, int]]]] = {}
         self.check()
 
     def _where(self, vid: int) -> str:
         return self.forest.leaf_users.get(vid, "the forest")
 
+    def _leaves(self):
+        return [v for v in self.forest.values if v.kind is ValueKind.LEAF]
+
     def check(self) -> None:
         """Refuse composite indices, missing tensors and wrong shapes before any work."""
-        leaves = [v for v in self.forest.values if v.kind is ValueKind.LEAF]
+        leaves = self._leaves()
         for v in leaves:
             if any("<" in s for s in v.spaces):
                 raise UnsupportedFeature(
@@ -51,44 +103,133 @@ class TensorSource:
                     f"{self._where(v.id)} but was not supplied; supplied: "
                     f"{', '.join(sorted(self.tensors)) or 'nothing'}")
             given = self.tensors[v.tensor]
-            if callable(given):
-                continue
             if isinstance(given, Mapping):
                 if v.spaces not in given:
                     raise MissingTensor(
                         f"tensor {v.tensor!r} has no block {v.spaces} (needed by "
                         f"{self._where(v.id)}); it has {sorted(given)}")
-                self._check_shape(v.tensor, v.spaces, given[v.spaces])
-            else:
-                self._check_full(v.tensor, given, len(v.spaces))
+                self._check_shape(v.tensor, v.spaces, given[v.spaces], "block")
+            elif _is_arraylike(given):
+                self._layout(v.tensor, given, len(v.spaces))
+            elif not callable(given):
+                raise InputTypeError(
+                    f"tensor {v.tensor!r} is a {type(given).__name__}; give an array (or an "
+                    f"array-like such as an h5py dataset), a mapping from space tuples to "
+                    f"blocks, or a provider(spaces, ranges)")
 
-    def _check_full(self, name: str, array: object, rank: int) -> None:
+    def _slot_spaces(self, name: str, rank: int) -> list[list[str]]:
+        """Per slot, the spaces the forest reads tensor ``name`` with, in extents order."""
+        used: list[set[str]] = [set() for _ in range(rank)]
+        for v in self._leaves():
+            if v.tensor == name and len(v.spaces) == rank:
+                for k, s in enumerate(v.spaces):
+                    used[k].add(s)
+        return [[s for s in self.extents if s in u] for u in used]
+
+    def _layout(self, name: str, array: object, rank: int) -> list[tuple[int, dict[str, int]]]:
+        """Per axis of a one-array tensor: its length and the offset of each space in it."""
+        if name in self._layouts:
+            return self._layouts[name]
         shape = tuple(getattr(array, "shape", ()))
-        want = (self.total,) * rank
-        if shape != want:
+        per_slot = self._slot_spaces(name, rank)
+        used = tuple(sum(self.extents[s] for s in slot) for slot in per_slot)
+        every = (sum(self.extents.values()),) * rank
+        if shape == used:
+            spans = per_slot
+        elif shape == every:
+            spans = [list(self.extents)] * rank
+        else:
             raise ShapeMismatch(
-                f"tensor {name!r} given as one array must have shape {want} (every axis spans "
-                f"all spaces {dict(self.extents)}), got {shape}")
+                f"tensor {name!r} given as one array has shape {shape}; expected {used} (each "
+                f"axis spanning the spaces read at that slot: "
+                f"{'; '.join(','.join(s) for s in per_slot)}) or {every} (every axis spanning "
+                f"all spaces {dict(self.extents)})")
+        layout = []
+        for slot in spans:
+            offsets, total = {}, 0
+            for s in slot:
+                offsets[s] = total
+                total += self.extents[s]
+            layout.append((total, offsets))
+        self._layouts[name] = layout
+        return layout
 
-    def _check_shape(self, name: str, spaces: tuple[str, ...], array: object) -> None:
-        shape = tuple(getattr(array, "shape", ()))
-        want = tuple(self.extents[s] for s in spaces)
+    def _check_shape(self, name: str, spaces: tuple[str, ...], array: object,
+                     what: str, want: tuple[int, ...] | None = None,
+                     request: str = "") -> None:
+        if not _is_arraylike(array):
+            raise InputTypeError(
+                f"{what} {spaces} of tensor {name!r}{request} is a {type(array).__name__}, "
+                f"not an array")
+        shape = tuple(array.shape)
+        want = tuple(self.extents[s] for s in spaces) if want is None else want
         if shape != want:
             bad = next((k for k, (g, w) in enumerate(zip(shape, want)) if g != w), len(want))
             raise ShapeMismatch(
-                f"block {spaces} of tensor {name!r} must have shape {want}, got {shape} "
-                f"(first mismatch at slot {bad})")
+                f"{what} {spaces} of tensor {name!r}{request} must have shape {want}, got "
+                f"{shape} (first mismatch at slot {bad})")
 
-    def fetch(self, vid: int, asarray: Callable = np.ascontiguousarray):
+    def reader(self, vid: int) -> LeafReader:
+        """The reader of leaf value ``vid`` (made once per source)."""
+        if vid in self._readers:
+            return self._readers[vid]
         v = self.forest.values[vid]
-        given = self.tensors[v.tensor]
+        name, spaces = v.tensor, v.spaces
+        shape = tuple(self.extents[s] for s in spaces)
+        given = self.tensors[name]
         if isinstance(given, Mapping):
-            block = given[v.spaces]
-        elif callable(given):
-            block = given(v.spaces)
-            self._check_shape(v.tensor, v.spaces, block)
+            block = given[spaces]
+            read = lambda r, b=block: b[tuple(slice(lo, hi) for lo, hi in r)]
+        elif _is_arraylike(given):
+            layout = self._layout(name, given, len(spaces))
+            base = [offsets[s] for (_, offsets), s in zip(layout, spaces)]
+            read = lambda r, a=given, o=base: a[tuple(slice(b + lo, b + hi)
+                                                      for b, (lo, hi) in zip(o, r))]
         else:
-            index = tuple(slice(self.offsets[s], self.offsets[s] + self.extents[s])
-                          for s in v.spaces)
-            block = given[index]
-        return asarray(block)
+            read = self._provider(name, spaces, shape, given)
+        self._readers[vid] = LeafReader(name, spaces, shape, read)
+        return self._readers[vid]
+
+    def _provider(self, name: str, spaces: tuple[str, ...], shape: tuple[int, ...],
+                  fn: Callable) -> Callable[[Ranges], object]:
+        ranged = _takes_ranges(fn)
+
+        def read(r: Ranges):
+            whole = all(lo == 0 and hi == n for (lo, hi), n in zip(r, shape))
+            request = f" (asked for ranges {list(r)})"
+            if not ranged and not whole:
+                raise InputTypeError(
+                    f"the provider of tensor {name!r} takes only the block's spaces, but the "
+                    f"plan reads block {spaces} in batches{request}; give it a second "
+                    f"parameter `ranges` and return that sub-block")
+            try:
+                out = fn(spaces, r) if ranged else fn(spaces)
+            except Exception as err:
+                raise MissingTensor(
+                    f"the provider of tensor {name!r} failed for block {spaces}{request}: "
+                    f"{type(err).__name__}: {err}") from err
+            self._check_shape(name, spaces, out, "block", tuple(hi - lo for lo, hi in r),
+                              f" from its provider{request}")
+            return out
+
+        return read
+
+    def check_batched(self, vids: Sequence[int]) -> None:
+        """Refuse, before any work, a provider taking only spaces for a block read in batches."""
+        for vid in sorted(vids):
+            v = self.forest.values[vid]
+            given = self.tensors.get(v.tensor)
+            if callable(given) and not _is_arraylike(given) and not _takes_ranges(given):
+                raise InputTypeError(
+                    f"the provider of tensor {v.tensor!r} takes only the block's spaces, but "
+                    f"the plan reads block {v.spaces} in batches ({self._where(vid)}); give it "
+                    f"a second parameter `ranges` (one (start, stop) per slot) and return "
+                    f"that sub-block, or pass the block as an array")
+
+    def fetch(self, vid: int):
+        """The whole block of leaf ``vid`` as a NumPy array (oracles and small inputs)."""
+        return np.asarray(self.reader(vid).read())
+
+    def shape(self, vid: int) -> tuple[int, ...]:
+        v = self.forest.values[vid]
+        return tuple(self.extents[s] for s in v.spaces)

@@ -1,7 +1,7 @@
 """Plan → boulevard → ordered schedule → static peak, in one call."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..plan.regime import Regime
 from ..forest.values import Forest
@@ -9,7 +9,9 @@ from ..plan.planner import BatchPlan
 from .boulevard import RichSchedule, compute_dag_boulevard
 from .flops import schedule_flops
 from .ordered import OrderedSchedule, build_ordered_schedule
-from .peak import Liveness, PeakProfile, Point, liveness, peak_profile_sweep, schedule_points
+from .layouts import kernel_scratch, sum_layouts
+from .peak import (Liveness, PeakProfile, Point, liveness, moves, peak_profile_sweep,
+                   schedule_points, transients)
 
 __all__ = ["ScheduleAnalysis", "analyze_schedule", "value_shapes"]
 
@@ -31,6 +33,12 @@ class ScheduleAnalysis:
     profile: PeakProfile
     flops: int
     shapes: tuple[tuple[int, ...], ...]
+    layouts: dict = field(default_factory=dict, compare=False)   # contraction form → order
+    scratch: dict = field(default_factory=dict, compare=False)   # contraction form → elements
+
+    def transient(self, skipped: frozenset[int] = frozenset()) -> dict[int, int]:
+        """Point → kernel scratch bytes held there (see ``layouts.kernel_scratch``)."""
+        return transients(list(self.points), self.scratch, self.plan.policy.itemsize, skipped)
 
     @property
     def peak_bytes(self) -> int:
@@ -57,7 +65,7 @@ def term_peak(forest: Forest, plan: BatchPlan):
         tp = _replace(tp, opens=tuple(tuple(shift[i] for i in o) for o in tp.opens))
         a = analyze_schedule(alone, _replace(plan, terms=(tp,), loops=local))
         cells = [c for c in a.cells if a.rich.forms[c.form].kind is not FormKind.SUM]
-        return peak_profile_sweep(cells, len(a.points)).peak_bytes
+        return peak_profile_sweep(cells, len(a.points), a.transient()).peak_bytes
 
     return exact
 
@@ -68,6 +76,10 @@ def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     shapes = value_shapes(forest, plan.extents)
     points = schedule_points(ordered)
     cells = liveness(ordered, forest, shapes, plan.policy.itemsize, points)
-    profile = peak_profile_sweep(cells, len(points))
+    moved = {(points[k].form, points[k].entry) for k in moves(ordered, forest, points)}
+    layouts = sum_layouts(ordered, forest, shapes, moved)
+    scratch = kernel_scratch(ordered, forest, shapes, layouts)
+    itemsize = plan.policy.itemsize
+    profile = peak_profile_sweep(cells, len(points), transients(points, scratch, itemsize))
     return ScheduleAnalysis(forest, plan, rich, ordered, tuple(points), tuple(cells), profile,
-                            schedule_flops(ordered, forest, shapes), shapes)
+                            schedule_flops(ordered, forest, shapes), shapes, layouts, scratch)

@@ -19,7 +19,7 @@ from .forms import Form, FormKind
 from .ordered import OrderedSchedule, ScopeBlock
 
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness",
-           "peak_profile_sweep", "peak_profile_replay", "footprint"]
+           "peak_profile_sweep", "peak_profile_replay", "footprint", "transients"]
 
 
 @dataclass(frozen=True)
@@ -174,28 +174,42 @@ def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:
     return out
 
 
-def peak_profile_sweep(cells: list[Liveness], num_points: int) -> PeakProfile:
-    """Interval-event sweep: +footprint at ``first``, -footprint after ``last``."""
+def transients(points: list[Point], scratch: dict[int, int], itemsize: int = 8,
+               skipped: frozenset[int] = frozenset()) -> dict[int, int]:
+    """Point → bytes a contraction's kernel holds beside its result while it runs there
+    (``scratch``: elements per contraction form, see ``layouts.kernel_scratch``)."""
+    return {k: scratch[p.form] * itemsize for k, p in enumerate(points)
+            if p.kind == "build" and p.entry < 0 and p.form in scratch
+            and p.form not in skipped}
+
+
+def peak_profile_sweep(cells: list[Liveness], num_points: int,
+                       transient: dict[int, int] | None = None) -> PeakProfile:
+    """Interval-event sweep: +footprint at ``first``, -footprint after ``last``; a
+    ``transient`` (point → bytes) counts at its point only."""
     delta = [0] * (num_points + 1)
     for c in cells:
         delta[c.first] += c.footprint
         delta[c.last + 1] -= c.footprint
+    transient = transient or {}
     live = best = 0
     at = 0
     for k in range(num_points):
         live += delta[k]
-        if live > best:
-            best, at = live, k
+        if live + transient.get(k, 0) > best:
+            best, at = live + transient.get(k, 0), k
     return PeakProfile(best, at, tuple(sorted(c.form for c in cells if c.first <= at <= c.last)))
 
 
 def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
-                        itemsize: int = 8) -> PeakProfile:
+                        itemsize: int = 8, scratch: dict[int, int] | None = None) -> PeakProfile:
     """Independent oracle: replay the schedule, allocating and freeing by read counts.
 
     Reads are counted per static reader; a read from a deeper block is settled when that
-    block closes. It does not use the interval table of ``liveness``.
+    block closes. It does not use the interval table of ``liveness``. ``scratch``
+    (elements per contraction form) is held while that contraction is built.
     """
+    scratch = scratch or {}
     points = schedule_points(sched)
     forms = sched.forms
     remaining: dict[int, int] = defaultdict(int)
@@ -234,6 +248,8 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
                 if remaining[r] == 0:
                     freed.append(r)
         total = sum(live.values())
+        if p.kind == "build" and p.entry < 0:
+            total += scratch.get(p.form, 0) * itemsize
         if total > best:
             best, at, snapshot = total, k, tuple(sorted(live))
         for r in freed:

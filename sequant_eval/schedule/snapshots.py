@@ -2,19 +2,41 @@
 
 Any change to planning or sequencing shows up as a diff of these files. Regenerate them
 deliberately with ``sequant-eval snapshots --update`` and review the diff.
+
+A development command: the stored dumps (``schedules/``) and the water-20 inputs
+(``data/water20/``) live in the source checkout, not in an installed wheel. The checkout is
+the one this package was installed from in editable mode, or else the current directory;
+outside a checkout the command says so (and never writes into site-packages).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import UsageError
 from ..expr import Index, parse
 from ..forest import build_forest
 from ..plan import BatchPlan, BatchPolicy, Loop, LoopKind, Open, plan_forest, stamp_plan
 from .analysis import analyze_schedule, term_peak
 from .dump import dump_analysis
 
-__all__ = ["CONFIGS", "render", "check", "update"]
+__all__ = ["CONFIGS", "render", "check", "update", "source_root"]
+
+
+def _is_checkout(root: Path) -> bool:
+    return ((root / "pyproject.toml").is_file() and (root / "schedules").is_dir()
+            and (root / "data" / "water20").is_dir())
+
+
+def source_root() -> Path:
+    """The source checkout holding ``schedules/`` and ``data/water20/``."""
+    for root in (Path(__file__).resolve().parents[2], Path.cwd().resolve()):
+        if _is_checkout(root):
+            return root
+    raise UsageError("snapshots is a development command: it needs a source checkout of "
+                     "sequant-eval (schedules/ and data/water20/), which an installed wheel "
+                     "does not carry; run it from the repository root, or install the "
+                     "checkout editable (pip install -e .)")
 
 
 def _planned(text: str, extents: dict, policy: BatchPolicy):
@@ -52,7 +74,7 @@ def _half(text: str, extents: dict, **policy):
 def _water20(policy: BatchPolicy):
     from ..plan.regime import load_regime
 
-    root = Path(__file__).resolve().parents[2] / "data/water20"
+    root = source_root() / "data/water20"
     regime = load_regime(root / "regime.json")
     text = (root / "csv_ccsd_doubles_residual_df.txt").read_text(encoding="utf-8")
     forest = build_forest(parse(text), regime)
@@ -78,7 +100,7 @@ def _smallest(text: str, extents: dict, **policy):
 
 
 def _water20_energy():
-    text = (Path(__file__).resolve().parents[2] / "data/water20/csv_ccsd_energy_df.txt")
+    text = source_root() / "data/water20/csv_ccsd_energy_df.txt"
     return _smallest(text.read_text(encoding="utf-8"), {"i": 8, "a": 12, "Κ": 160, "μ̃": 40},
                      contracted={"Κ"}, block={"Κ": 16})
 
@@ -158,12 +180,15 @@ def names() -> list[str]:
 
 
 def _dir(directory: str | Path | None) -> Path:
-    return Path(directory) if directory else Path(__file__).resolve().parents[2] / "schedules"
+    return Path(directory) if directory else source_root() / "schedules"
 
 
 def check(directory: str | Path | None = None) -> list[str]:
     """Names whose stored dump differs from a fresh one (missing files count)."""
     d = _dir(directory)
+    if not d.is_dir():
+        raise UsageError(f"snapshot folder {d} does not exist; create it with "
+                         f"sequant-eval snapshots --update --dir {d}")
     stale = []
     for name in names():
         path = d / f"{name}.txt"

@@ -41,7 +41,7 @@ def direct_evaluate(forest, source) -> dict:
     return {root.name: value(root.value) for root in forest.roots}
 
 
-def unbatched_walk(forest, shapes, itemsize: int = 8) -> tuple[int, int]:
+def unbatched_walk(forest, shapes, itemsize: int = 8, scratch=None) -> tuple[int, int]:
     values = forest.values
     order: list[tuple[str, int, int]] = []
     done: set[int] = set()
@@ -101,7 +101,8 @@ def unbatched_walk(forest, shapes, itemsize: int = 8) -> tuple[int, int]:
                 flops += 2 * prod(ext.values())
             alive.add(v)
             live += size[v]
-        peak = max(peak, live)
+        extra = (scratch or {}).get(v, 0) * itemsize if kind == "make" else 0
+        peak = max(peak, live + extra)
         for r in reads(step):
             if last[r] == s and r not in roots and r in alive:
                 alive.discard(r)

@@ -53,7 +53,7 @@ def _check(text: str, extents: dict, policy: BatchPolicy):
     for t in plan.terms:
         assert t.peak_bytes <= policy.budget_bytes
     a = analyze_schedule(forest, plan)
-    replay = peak_profile_replay(a.ordered, forest, a.shapes)
+    replay = peak_profile_replay(a.ordered, forest, a.shapes, scratch=a.scratch)
     assert a.profile.peak_bytes == replay.peak_bytes
     assert a.profile.binding_point == replay.binding_point
     _produced_once(a)
@@ -92,7 +92,8 @@ def test_infinite_budget_is_the_unbatched_walk(case):
 
     text, extents = case
     a = _check(text, extents, BatchPolicy.everything(None, extents))
-    peak, flops = unbatched_walk(a.forest, a.shapes)
+    scratch = {a.rich.forms[f].value: n for f, n in a.scratch.items()}   # kernel model
+    peak, flops = unbatched_walk(a.forest, a.shapes, scratch=scratch)
     assert not a.rich.loops
     assert a.flops == flops
     assert a.peak_bytes == peak

@@ -21,7 +21,7 @@ def data():
 
 def _tensors(d):
     return {"f": d["f"], "g": d["g"], "t1": {("a", "i"): d["t1"]},
-            "t2": lambda spaces: d["t2"]}
+            "t2": lambda spaces, ranges: d["t2"][tuple(slice(*r) for r in ranges)]}
 
 
 TEXT = """R2{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2} + P{a_1,a_2} * f{a_1;a_3} * t2{a_3,a_2;i_1,i_2}

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import sequant_eval as se
 from sequant_eval.forest.values import Operand, Value, ValueKind
 from sequant_eval.runtime.backends import NumpyBackend
-from sequant_eval.runtime.kernels import GEMM, plan_contraction
+from sequant_eval.plan.kernels import GEMM, plan_contraction
 
 
 @st.composite

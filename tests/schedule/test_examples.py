@@ -133,7 +133,7 @@ def test_ex7_aux_contraction_reduction_shape():
     assert any(a.forest.values[c.value].tensor == "g" for c in local)
     readers = {rd for c in reductions for rd, _ in a.rich.readers[c.escapes[-1]]}
     assert any(not a.rich.forms[rd].scope for rd in readers)
-    assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes).peak_bytes
+    assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes, scratch=a.scratch).peak_bytes
 
 
 def test_ex8_shared_subterm_fuses_loops():

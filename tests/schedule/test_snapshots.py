@@ -23,4 +23,4 @@ def test_snapshot_is_current(name):
 @pytest.mark.parametrize("name", sorted(snapshots.CONFIGS))
 def test_snapshot_peaks_agree_with_replay(name):
     a = snapshots.CONFIGS[name]()
-    assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes).peak_bytes
+    assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes, scratch=a.scratch).peak_bytes

@@ -1,4 +1,7 @@
-"""Contraction plans: each binary contraction decided once as one strided ``np.matmul``.
+"""Contraction kernel plans: each binary contraction decided once as one strided ``np.matmul``.
+
+The planning layer owns this model (the NumPy backend executes it) because the schedule's
+peak prediction charges what a kernel allocates beside its result.
 
 A plan sees the two operands and the result as (possibly batched) matrices by *strided views*
 of their contiguous storage: modes of one role that sit next to each other in memory merge
@@ -83,6 +86,19 @@ class ContractPlan:
     gemm: tuple[int, int, int, int] = (0, 0, 0, 0)   # GEMM: batch, m, n, k
     cost_us: float = 0.0               # the model's estimate for the chosen plan
     reduce: int = 0                    # GEMM: leading axes of ``out``'s temporary summed away
+
+    @property
+    def scratch_elements(self) -> int:
+        """Elements of the temporaries the plan allocates beside its result while it runs:
+        transposing copies of the operands and the result's temporary. The peak prediction
+        charges them at the contraction's build point."""
+        if self.kind != GEMM:
+            return 0
+        total = 0
+        for view in (self.left, self.right, self.out):
+            if view is not None and view.buffer_shape:
+                total += prod(view.buffer_shape)
+        return total
 
     def dump(self) -> str:
         """One line: kind, GEMM shape and which arrays are copied."""

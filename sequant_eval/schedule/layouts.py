@@ -1,0 +1,89 @@
+"""Result layouts and kernel scratch of the schedule's contractions.
+
+Two decisions about contractions that the peak prediction depends on, so they are made
+here rather than where the graph is built:
+
+- a contraction read only by equation sums is written in the mode order most of those
+  entries read it in (its adds are then contiguous), when the kernel model says that costs
+  no more than its own order;
+- every contraction's kernel plan (``plan/kernels.py``) may allocate temporaries beside its
+  result (a transposing copy of an operand, a temporary result); their element count, at
+  full block extent, is charged at the contraction's build point.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..forest.values import Forest
+from ..plan.kernels import ContractPlan, plan_contraction
+from .forms import Form, FormKind
+from .ordered import OrderedSchedule
+
+__all__ = ["form_shape", "sum_layouts", "kernel_scratch", "form_kernel"]
+
+
+def form_shape(form: Form, shapes, loops) -> tuple:
+    """The shape of one batch of ``form`` at full block extent."""
+    shape = list(shapes[form.value])
+    for pos, lid in form.sliced:
+        shape[pos] = min(loops[lid].block, shape[pos])
+    return tuple(shape)
+
+
+def _integral(*shapes) -> bool:
+    return all(float(x).is_integer() for s in shapes for x in s)
+
+
+def form_kernel(form: Form, sched: OrderedSchedule, forest: Forest, shapes,
+                layout: tuple[int, ...] | None = None) -> ContractPlan | None:
+    """The kernel plan of a contraction form at full block extent (None: composite sizes)."""
+    forms, values = sched.forms, forest.values
+    v = values[form.value]
+    own = form_shape(form, shapes, sched.loops)
+    a = form_shape(forms[form.operands[0]], shapes, sched.loops)
+    b = form_shape(forms[form.operands[1]], shapes, sched.loops)
+    if not _integral(own, a, b):
+        return None
+    own, a, b = (tuple(int(x) for x in s) for s in (own, a, b))
+    if layout is not None:
+        v = replace(v, result=tuple(v.result[p] for p in layout))
+        own = tuple(own[p] for p in layout)
+    return plan_contraction(v, values[v.left.value], values[v.right.value], own, a, b)
+
+
+def sum_layouts(sched: OrderedSchedule, forest: Forest, shapes,
+                moved: set[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
+    """Contraction form → the mode order it is written in, where not its own.
+
+    Only unbatched contractions read by sum entries alone qualify; one whose buffer a sum
+    takes over (``moved``: (sum form, entry)) keeps its own order."""
+    forms, rich = sched.forms, sched.rich
+    out = {}
+    for f in forms:
+        if f.kind is not FormKind.CONTRACT or f.scope:
+            continue
+        readers = rich.readers.get(f.id, ())
+        if not readers or any(forms[r].kind is not FormKind.SUM or (r, leg) in moved
+                              for r, leg in readers):
+            continue
+        perms = [forest.values[forms[r].value].entries[leg].perm for r, leg in readers]
+        best = max(perms, key=lambda p: (perms.count(p), -perms.index(p)))
+        if best == tuple(range(len(best))):
+            continue
+        base = form_kernel(f, sched, forest, shapes)
+        there = form_kernel(f, sched, forest, shapes, best)
+        if base is not None and there is not None and there.cost_us <= base.cost_us:
+            out[f.id] = best
+    return out
+
+
+def kernel_scratch(sched: OrderedSchedule, forest: Forest, shapes,
+                   layouts: dict[int, tuple[int, ...]]) -> dict[int, int]:
+    """Contraction form → elements its kernel allocates beside the result (nonzero only)."""
+    out = {}
+    for f in sched.forms:
+        if f.kind is FormKind.CONTRACT:
+            plan = form_kernel(f, sched, forest, shapes, layouts.get(f.id))
+            if plan is not None and plan.scratch_elements:
+                out[f.id] = plan.scratch_elements
+    return out
