@@ -81,7 +81,14 @@ class _Interner:
 
     def sum(self, name: str, spaces: tuple[str, ...], entries: dict,
             groups: tuple[int, ...] = ()) -> int:
-        merged = tuple(SumEntry(c, v, p) for (v, p), c in entries.items() if c != 0)
+        kept = [(v, p, c) for (v, p), c in entries.items() if c != 0]
+        # entries reading one value are added one after another (first appearance order),
+        # so a term result read by several entries (mirror terms) is freed after the last
+        first: dict[int, int] = {}
+        for v, _, _ in kept:
+            first.setdefault(v, len(first))
+        kept.sort(key=lambda e: first[e[0]])
+        merged = tuple(SumEntry(c, v, p) for v, p, c in kept)
         vid = len(self.values)
         self.values.append(Value(vid, ValueKind.SUM, spaces, entries=merged, name=name,
                                  groups=groups))

@@ -126,6 +126,12 @@ class NumpyBackend:
         target[_slices(index, target.ndim)] = src
         return target
 
+    def add_into_(self, target, src, index, perm, alpha: float):
+        view = target[_slices(index, target.ndim)] if any(r is not None for r in index) \
+            else target                        # (a 0-d array indexed by () is a copy)
+        self.accumulate_(view, src.transpose(perm), alpha)
+        return target
+
     def init(self, src, alpha: float):
         out = np.empty(src.shape, dtype=src.dtype)
         np.multiply(src, alpha, out=out)
@@ -205,6 +211,15 @@ class ArrayApiBackend:
 
     def scatter_(self, target, src, index):
         target[_slices(index, len(target.shape))] = src
+        return target
+
+    def add_into_(self, target, src, index, perm, alpha: float):
+        add = alpha * self.xp.permute_dims(src, tuple(perm))
+        if not any(r is not None for r in index):
+            target += add
+            return target
+        at = _slices(index, len(target.shape))
+        target[at] = target[at] + add
         return target
 
     def init(self, src, alpha: float):
@@ -306,6 +321,9 @@ class DryRunBackend:
         return target
 
     def scatter_(self, target, src, index):
+        return target
+
+    def add_into_(self, target, src, index, perm, alpha):
         return target
 
     def init(self, src, alpha):

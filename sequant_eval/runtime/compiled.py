@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
-from ..schedule.peak import liveness, peak_profile_sweep, schedule_points
+from ..schedule.peak import folded_into, liveness, peak_profile_sweep, schedule_points
 from .backends import get_backend, gpu_available
 from .cells import build_cell_table, validate
 from .engine import run_graph
@@ -63,7 +63,9 @@ class Compiled:
         self.cells = {c.form: c for c in self.table.cells}
         self.persist = persist
         self.use_passes = passes
-        self.persistent = frozenset(c.form for c in self.table.cells if c.persistent) \
+        folded = folded_into(self.sched)        # added into sums batch by batch: not kept
+        self.persistent = frozenset(c.form for c in self.table.cells
+                                    if c.persistent and c.form not in folded) \
             if persist else frozenset()
         self.skip = self._skippable() if persist else frozenset()
         self.store: dict[int, object] = {}

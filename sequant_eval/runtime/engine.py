@@ -114,6 +114,12 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             res = be.reshape(args[0], node.params[0])
         elif op is Op.ACCUMULATE:
             res = be.accumulate_(args[0], args[1], node.params[0])
+            if abs(node.params[0]) != 1.0:             # the scaled addend alpha * src
+                transient = be.nbytes(args[1])
+        elif op is Op.ADD_INTO:
+            res = be.add_into_(args[0], args[1], *node.params[:3])
+            if abs(node.params[2]) != 1.0:
+                transient = be.nbytes(args[1])
         elif op is Op.SCATTER:
             res = be.scatter_(args[0], args[1], node.params[0])
         elif op is Op.INIT:
@@ -140,8 +146,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             live += size[n]
             dev_live[device.value] = dev_live.get(device.value, 0) + size[n]
             dev_peak[device.value] = max(dev_peak.get(device.value, 0), dev_live[device.value])
-            if live + transient > peak:
-                peak, step, snapshot = live + transient, k, tuple(sorted(size))
+        if live + transient > peak:
+            peak, step, snapshot = live + transient, k, tuple(sorted(size))
         for i in node.inputs:
             o = _owner(g, alias.get(i, i))
             reads[o] -= 1
@@ -157,4 +163,4 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
     return results, Meter(name, peak, step, snapshot, flops, builds, dev_peak, pool)
 
 
-_COUNTED = {Op.CONTRACT, Op.ACCUMULATE, Op.INIT, Op.SCALE}
+_COUNTED = {Op.CONTRACT, Op.ACCUMULATE, Op.INIT, Op.SCALE, Op.ADD_INTO}

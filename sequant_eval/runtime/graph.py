@@ -30,6 +30,8 @@ class Op(enum.Enum):
     RESHAPE = "reshape"      # reshaped view (params: shape)
     ACCUMULATE = "accumulate"  # target += alpha * src, in place (params: alpha)
     SCATTER = "scatter"      # target[index] = src, in place (params: index ranges)
+    ADD_INTO = "add_into"    # target[index] += alpha * src.transpose(perm), in place
+    #                          (params: index ranges of target, perm, alpha, flops)
     INIT = "init"            # out = alpha * src, a new buffer (params: alpha)
     COPY = "copy"            # to another device (params: target device)
     BRANCH = "branch"        # alternative routes (inputs: arm exits; params: reconverge)
@@ -41,7 +43,7 @@ class Device(enum.Enum):
 
 
 VIEWS = {Op.PERMUTE, Op.RESHAPE}
-INPLACE = {Op.SCALE, Op.ACCUMULATE, Op.SCATTER}
+INPLACE = {Op.SCALE, Op.ACCUMULATE, Op.SCATTER, Op.ADD_INTO}
 BINDINGS = {Op.INPUT, Op.SLICE, Op.ZEROS}      # device-neutral for run extraction
 
 

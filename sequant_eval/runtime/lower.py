@@ -19,7 +19,7 @@ from math import prod
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.ordered import BuildStep, ScopeBlock
-from ..schedule.peak import allocations, moves, schedule_points
+from ..schedule.peak import allocations, folded_into, moves, schedule_points
 from .graph import Graph, Node, Op
 
 __all__ = ["Lowered", "lower_schedule"]
@@ -61,6 +61,7 @@ class _Lowering:
         self.seq = 0
         self.form_of: dict[int, int] = {}
         self.layouts = a.layouts          # contractions written in their sums' order
+        self.folded = folded_into(self.sched)   # term results added straight into sums
 
     def emit(self, op: Op, inputs=(), params=(), shape=(), tag="") -> int:
         self.seq += 1
@@ -107,6 +108,13 @@ class _Lowering:
         for fid in self.alloc.get(path, ()):
             if self._skip(fid):
                 continue
+            if fid in self.folded:                  # its batches go straight into the sum
+                target = self.folded[fid]
+                if target not in self.node_of:
+                    shape = self.a.shapes[self.forms[target].value]
+                    self.node_of[target] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
+                                                     tag=f"f{target} sum")
+                continue
             self.ctx[block.loop] = (0, loop.extent)
             shape = self.shape(fid)
             self.node_of[fid] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
@@ -118,8 +126,11 @@ class _Lowering:
                 if self._skip(out.form):
                     continue
                 f = self.forms[out.form]
-                part, dest = self.node_of[f.source], self.node_of[out.form]
                 tag = f"f{out.form} L{block.loop} [{lo}:{hi}]"
+                if out.form in self.folded:
+                    self.add_into(f, tag)
+                    continue
+                part, dest = self.node_of[f.source], self.node_of[out.form]
                 if out.kind.value == "sum":
                     adds = float(prod(self.g.nodes[part].shape))
                     self.node_of[out.form] = self.emit(Op.ACCUMULATE, (dest, part),
@@ -134,6 +145,25 @@ class _Lowering:
                                                        (tuple(index),),
                                                        self.g.nodes[dest].shape, tag)
         del self.ctx[block.loop]
+
+    def add_into(self, f, tag: str) -> None:
+        """One batch of a folded term result, added into its sum once per entry reading it
+        (at the batch's position, through the entry's permutation)."""
+        target = self.folded[f.id]
+        part = self.node_of[f.source]
+        index = [None] * len(self.a.shapes[f.value])
+        for pos, l in self.forms[f.source].sliced:
+            if l in f.span:
+                index[pos] = self.ctx[l]
+        entries = self.a.forest.values[self.forms[target].value].entries
+        for r, leg in self.a.rich.readers[f.id]:
+            e = entries[leg]
+            at = tuple(index[p] for p in e.perm)
+            work = 2.0 * prod(self.g.nodes[part].shape)
+            self.node_of[target] = self.emit(
+                Op.ADD_INTO, (self.node_of[target], part),
+                (at, e.perm, float(e.coefficient), work),
+                self.g.nodes[self.node_of[target]].shape, f"{tag} -> f{target} entry {leg}")
 
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]
@@ -169,6 +199,8 @@ class _Lowering:
     def accumulate(self, step: BuildStep, tag: str) -> None:
         f = self.forms[step.form]
         entry = self.a.forest.values[f.value].entries[step.entry]
+        if f.operands[step.entry] in self.folded:      # already added, batch by batch
+            return
         src = self.node_of[f.operands[step.entry]]
         alpha = float(entry.coefficient)
         tag = f"{tag} entry {step.entry}"
@@ -181,7 +213,7 @@ class _Lowering:
         layout = self.layouts.get(f.operands[step.entry])   # made in another order
         perm = entry.perm if layout is None else tuple(layout.index(p) for p in entry.perm)
         view = self.emit(Op.PERMUTE, (src,), (perm,), tuple(shape[p] for p in perm), tag)
-        if step.entry == 0:
+        if step.form not in self.node_of:
             self.node_of[step.form] = self.emit(Op.INIT, (view,), (alpha, work),
                                                 self.g.nodes[view].shape, tag)
         else:

@@ -38,7 +38,8 @@ class ScheduleAnalysis:
 
     def transient(self, skipped: frozenset[int] = frozenset()) -> dict[int, int]:
         """Point → kernel scratch bytes held there (see ``layouts.kernel_scratch``)."""
-        return transients(list(self.points), self.scratch, self.plan.policy.itemsize, skipped)
+        return transients(self.ordered, self.forest, self.shapes, list(self.points),
+                          self.scratch, self.plan.policy.itemsize, skipped)
 
     @property
     def peak_bytes(self) -> int:
@@ -80,6 +81,7 @@ def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     layouts = sum_layouts(ordered, forest, shapes, moved)
     scratch = kernel_scratch(ordered, forest, shapes, layouts)
     itemsize = plan.policy.itemsize
-    profile = peak_profile_sweep(cells, len(points), transients(points, scratch, itemsize))
+    profile = peak_profile_sweep(cells, len(points),
+                                 transients(ordered, forest, shapes, points, scratch, itemsize))
     return ScheduleAnalysis(forest, plan, rich, ordered, tuple(points), tuple(cells), profile,
                             schedule_flops(ordered, forest, shapes), shapes, layouts, scratch)

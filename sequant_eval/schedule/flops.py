@@ -22,9 +22,10 @@ def schedule_flops(sched: OrderedSchedule, forest: Forest, shapes) -> int:
     """Contractions (with recompute under loops they do not use), sum entries (2 per
     element; none for a first entry that takes over the term's buffer unscaled) and batch
     sums (1 per element per batch)."""
-    from .peak import moves, schedule_points
+    from .peak import folded_into, moves, schedule_points
 
     points = schedule_points(sched)
+    folded = folded_into(sched)
     free = {points[k].form for k in moves(sched, forest, points)
             if forest.values[sched.forms[points[k].form].value].entries[0].coefficient == 1}
     loops = sched.loops
@@ -35,10 +36,13 @@ def schedule_flops(sched: OrderedSchedule, forest: Forest, shapes) -> int:
             total += contraction_flops(forest, shapes, f.value) * prod(
                 loops[l].nbatches for l in f.scope if l not in used)
         elif f.kind is FormKind.SUM:
-            total += sum(2 * prod(shapes[sched.forms[o].value]) for o in f.operands)
-        elif f.kind is FormKind.ASSEMBLE and loops[f.via].kind.value == "C":
+            total += sum(2 * prod(shapes[sched.forms[o].value]) for o in f.operands
+                         if o not in folded)
+        elif f.kind is FormKind.ASSEMBLE and (f.id in folded or loops[f.via].kind.value == "C"):
             src = sched.forms[f.source]
             sliced = {l for _, l in src.sliced}
-            total += prod(shapes[src.value]) * prod(
+            batches = prod(shapes[src.value]) * prod(
                 loops[l].nbatches for l in src.scope if l not in sliced)
+            # added straight into the sum: 2 per element per entry, else 1 per batch sum
+            total += batches * (2 * len(sched.rich.readers[f.id]) if f.id in folded else 1)
     return total

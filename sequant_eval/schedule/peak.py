@@ -90,16 +90,36 @@ def _reads_of(p: Point, sched: OrderedSchedule) -> list[int]:
     return []
 
 
-def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
-    """Points where a sum's first entry takes over the entry's buffer (as the walk does)."""
+def folded_into(sched: OrderedSchedule) -> dict[int, int]:
+    """Assembled term results added straight into the equation sum that reads them.
+
+    A top-level assembled form read only by entries of one sum is never allocated: each
+    batch of it is added (scattered, for an external loop) into the sum, with the entry's
+    permutation and coefficient, as the batch escapes its block. The sum is allocated when
+    the first such block opens. Returns assembled form → sum form."""
     forms = sched.forms
+    out = {}
+    for f in forms:
+        if f.kind is FormKind.ASSEMBLE and not f.scope:
+            readers = sched.rich.readers.get(f.id, ())
+            sums = {r for r, _ in readers}
+            if readers and len(sums) == 1 and forms[min(sums)].kind is FormKind.SUM:
+                out[f.id] = min(sums)
+    return out
+
+
+def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
+    """Points where a sum's first entry takes over the entry's buffer (as the walk does);
+    never into a sum that assembled terms are added into directly."""
+    forms = sched.forms
+    fed = set(folded_into(sched).values())
     last: dict[int, int] = {}
     for k, p in enumerate(points):
         for r in _reads_of(p, sched):
             last[r] = k
     out = set()
     for k, p in enumerate(points):
-        if p.kind == "build" and p.entry == 0:
+        if p.kind == "build" and p.entry == 0 and p.form not in fed:
             src = forms[forms[p.form].operands[0]]
             perm = forest.values[forms[p.form].value].entries[0].perm
             if (last[src.id] == k and src.kind is not FormKind.LEAF and not src.scope
@@ -127,11 +147,14 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
             close_of[p.path] = k
     depth_of = {f.id: len(f.scope) for f in forms}
     alloc = allocations(sched)
+    folded = folded_into(sched)
     for k, p in enumerate(points):
         if p.kind == "open":
             for o in alloc.get(p.path, ()):
                 if o not in skipped and o not in stored:
                     start[o] = k
+                    if o in folded:
+                        start[folded[o]] = min(start.get(folded[o], k), k)
         elif p.kind == "build" and p.entry <= 0:
             start.setdefault(p.form, k)
         for r in _reads_of(p, sched):
@@ -148,7 +171,8 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
         start[f] = 0
     for f in kept | stored:
         end[f] = final
-    return [Liveness(f.id, footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
+    return [Liveness(f.id, 0 if f.id in folded else
+                     footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
                      end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
             for f in forms if f.id not in skipped]
 
@@ -174,13 +198,40 @@ def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:
     return out
 
 
-def transients(points: list[Point], scratch: dict[int, int], itemsize: int = 8,
+def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Point],
+               scratch: dict[int, int], itemsize: int = 8,
                skipped: frozenset[int] = frozenset()) -> dict[int, int]:
-    """Point → bytes a contraction's kernel holds beside its result while it runs there
-    (``scratch``: elements per contraction form, see ``layouts.kernel_scratch``)."""
-    return {k: scratch[p.form] * itemsize for k, p in enumerate(points)
-            if p.kind == "build" and p.entry < 0 and p.form in scratch
-            and p.form not in skipped}
+    """Point → bytes held there only while one operation runs: a contraction kernel's
+    temporaries (``scratch``: elements per contraction form, see
+    ``layouts.kernel_scratch``), and the scaled copy ``alpha * x`` of an addend that a sum
+    entry (or a batch added straight into a sum) with a coefficient other than ±1 makes."""
+    forms = sched.forms
+    folded = folded_into(sched)
+    moved = moves(sched, forest, points)
+    alloc = allocations(sched)
+    made: set[int] = set()           # sums allocated so far (a first entry then adds)
+    out: dict[int, int] = {}
+    for k, p in enumerate(points):
+        if p.kind == "open":
+            made.update(folded[o] for o in alloc.get(p.path, ()) if o in folded)
+        if p.form in skipped or p.kind == "skip":
+            continue
+        if p.kind == "build" and p.entry < 0 and p.form in scratch:
+            out[k] = scratch[p.form] * itemsize
+        elif p.kind == "build" and p.entry >= 0:
+            src = forms[forms[p.form].operands[p.entry]]
+            coeff = forest.values[forms[p.form].value].entries[p.entry].coefficient
+            if src.id not in folded and p.form in made and abs(coeff) != 1 and k not in moved:
+                out[k] = footprint(src, forest, shapes, sched.loops, itemsize)
+            made.add(p.form)
+        elif p.kind == "escape" and p.form in folded:
+            sum_form = forms[folded[p.form]]
+            coeffs = [forest.values[sum_form.value].entries[leg].coefficient
+                      for r, leg in sched.rich.readers[p.form]]
+            if any(abs(c) != 1 for c in coeffs):
+                out[k] = footprint(forms[forms[p.form].source], forest, shapes, sched.loops,
+                                   itemsize)
+    return out
 
 
 def peak_profile_sweep(cells: list[Liveness], num_points: int,
@@ -217,7 +268,10 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
         for r in _reads_of(p, sched):
             remaining[r] += 1
     moved = moves(sched, forest, points)
-    size = {f.id: footprint(f, forest, shapes, sched.loops, itemsize) for f in forms}
+    folded = folded_into(sched)
+    size = {f.id: 0 if f.id in folded else footprint(f, forest, shapes, sched.loops, itemsize)
+            for f in forms}
+    extra = transients(sched, forest, shapes, points, scratch, itemsize)
     live: dict[int, int] = {}
     pending: dict[tuple, list[int]] = defaultdict(list)
     alloc = allocations(sched)
@@ -227,6 +281,8 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
         if p.kind == "open":
             for o in alloc.get(p.path, ()):
                 live[o] = size[o]
+                if o in folded and folded[o] not in live:
+                    live[folded[o]] = size[folded[o]]
         elif p.kind == "build" and p.entry <= 0 and p.form not in live:
             live[p.form] = size[p.form]
         if k in moved:
@@ -247,9 +303,7 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
                 remaining[r] -= 1
                 if remaining[r] == 0:
                     freed.append(r)
-        total = sum(live.values())
-        if p.kind == "build" and p.entry < 0:
-            total += scratch.get(p.form, 0) * itemsize
+        total = sum(live.values()) + extra.get(k, 0)
         if total > best:
             best, at, snapshot = total, k, tuple(sorted(live))
         for r in freed:
