@@ -140,12 +140,12 @@ class TermPlanner:
             return replace(tp, min_peak_bytes=min(tp.peak_bytes, self.min_peak.get(value, tp.peak_bytes))), new
         cands = sorted(dp.solve(tree.root),
                        key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
+        least = min(cands, key=lambda c: (c.peak, c.profile.flops))
+        config = dict(default)
+        config.update({n: (o, f) for n, o, f in least.config})
+        smallest = self._realize(value, config, least.profile, base.flops)
         if value not in self.min_peak:
-            least = min(cands, key=lambda c: (c.peak, c.profile.flops))
-            config = dict(default)
-            config.update({n: (o, f) for n, o, f in least.config})
-            exact_least = self._realize(value, config, least.profile, base.flops)[0].peak_bytes
-            self.min_peak[value] = min(tp.peak_bytes, exact_least)
+            self.min_peak[value] = min(tp.peak_bytes, smallest[0].peak_bytes)
         for c in cands:
             if c.peak > 2 * budget:
                 continue
@@ -154,6 +154,8 @@ class TermPlanner:
             trial, loops = self._realize(value, config, c.profile, base.flops)
             if trial.peak_bytes <= budget:
                 return replace(trial, min_peak_bytes=self.min_peak[value]), loops
+        if smallest[0].peak_bytes <= budget:    # the model ranks; the exact peak decides
+            return replace(smallest[0], min_peak_bytes=self.min_peak[value]), smallest[1]
         raise _Infeasible(self.min_peak[value])
 
     def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
