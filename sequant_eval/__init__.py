@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from .api import Evaluator, Report, analyze, evaluate
+from .api import Evaluator, Report, analyze, evaluate, min_budget
 from .plan import BatchPolicy, Loop, LoopKind
 from .errors import (ExpressionError, InfeasibleBudget, MissingTensor, ParseError,
                      ScheduleError, SequantEvalError, ShapeMismatch, UnknownSpace,
@@ -17,7 +17,7 @@ from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
 __version__ = "0.1.0"
 
 __all__ = [
-    "parse", "to_text", "evaluate", "analyze", "Evaluator", "Report", "BatchPolicy", "Loop",
+    "parse", "to_text", "evaluate", "analyze", "min_budget", "Evaluator", "Report", "BatchPolicy", "Loop",
     "LoopKind",
     "Equation", "Index", "Operator", "Product", "Tensor",
     "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",

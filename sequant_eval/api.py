@@ -5,17 +5,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import SequantEvalError
+from .errors import PolicyError, SequantEvalError
 from .expr import Equation, check_extents, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
+from .plan.policy import BudgetShare, parse_budget
 from .plan.regime import Regime
 from .runtime import TensorSource
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
-from .schedule.budget import fit_forest
+from .schedule.budget import fit_forest, minimum_budget
 
-__all__ = ["Evaluator", "Report", "evaluate", "analyze", "resolve_policy"]
+__all__ = ["Evaluator", "Report", "evaluate", "analyze", "min_budget", "resolve_policy"]
 
 
 def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, ...]:
@@ -33,7 +34,10 @@ def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, .
 def resolve_policy(budget, policy: BatchPolicy | None,
                    extents: Mapping[str, int]) -> BatchPolicy | None:
     """The policy in force: ``budget`` overrides the policy's own; with a budget and no
-    policy every space is batchable in both roles. ``None`` means: unbatched."""
+    policy every space is batchable in both roles. ``None`` means: unbatched. A share
+    (``"25%"``) must be resolved to bytes first (``Evaluator`` does)."""
+    if policy is not None and not isinstance(policy, BatchPolicy):
+        raise PolicyError(f"policy must be a se.BatchPolicy, got {type(policy).__name__}")
     if policy is None:
         return None if budget is None else BatchPolicy.everything(budget, extents)
     return policy if budget is None else replace(policy, budget=budget)
@@ -103,10 +107,15 @@ class Evaluator:
         else:
             self.regime = Regime.from_extents(check_extents(extents))
         self.extents = self.regime.extents
-        self.policy = resolve_policy(budget, policy, self.extents)
         self.persist = persist
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())))
+        budget = parse_budget(budget) if budget is not None else None
+        if isinstance(budget, BudgetShare):           # "25%" of the unbatched peak
+            budget = budget.of(Evaluator(self.equations, self.regime).analyze().peak_bytes)
+        self.policy = resolve_policy(budget, policy, self.extents)
+        if self.policy is not None:
+            self.policy.check(self.regime)
         self._batched = None
         self._unbatched_flops: int | None = None
 
@@ -160,15 +169,28 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
-             budget=None, backend: str = "numpy", policy: BatchPolicy | None = None):
+             budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
+             gpu_budget: float = float("inf"), progress=None):
     """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order).
 
     With a budget (or a policy) the evaluation runs batched so that its peak memory stays
     within the budget; an infeasible budget raises InfeasibleBudget before any work."""
-    return Evaluator(eqs, extents, budget, policy).evaluate(tensors, backend)
+    return Evaluator(eqs, extents, budget, policy, progress=progress,
+                     gpu_budget=gpu_budget).evaluate(tensors, backend)
 
 
 def analyze(eqs, extents: Mapping[str, int], budget=None,
             policy: BatchPolicy | None = None) -> Report:
     """Dry run: peak bytes, where it is reached, flops and loops, without any array."""
     return Evaluator(eqs, extents, budget, policy).analyze()
+
+
+def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = None) -> int:
+    """The smallest budget (bytes) under which the equations can be evaluated batched.
+
+    It depends on the policy's batchable spaces and block sizes (default: every space, in
+    both roles, default blocks), never on a budget; any budget at or above it fits."""
+    ev = Evaluator(eqs, extents)
+    policy = policy if policy is not None else BatchPolicy.everything(None, ev.extents)
+    policy.check(ev.regime)
+    return minimum_budget(ev.forest, ev.regime, policy)[0]

@@ -15,6 +15,9 @@ __all__ = [
     "InfeasibleBudget",
     "ScheduleError",
     "UnsupportedFeature",
+    "InputTypeError",
+    "PolicyError",
+    "UsageError",
 ]
 
 
@@ -55,12 +58,21 @@ class UnknownSpace(SequantEvalError):
 
 
 class InfeasibleBudget(SequantEvalError):
-    """No plan meets the memory budget; ``minimum`` is the smallest budget that works."""
+    """No plan meets the memory budget; ``minimum`` is the smallest budget that works.
 
-    def __init__(self, message: str, budget: float, minimum: float) -> None:
+    ``minimum`` may be handed over as a function: a hopeless budget is refused at once and
+    the (slower) search for the minimum runs only when ``minimum`` is read."""
+
+    def __init__(self, message: str, budget: float, minimum) -> None:
         self.budget = budget
-        self.minimum = minimum
+        self._minimum = minimum
         super().__init__(message)
+
+    @property
+    def minimum(self) -> float:
+        if callable(self._minimum):
+            self._minimum = self._minimum()
+        return self._minimum
 
 
 class ScheduleError(SequantEvalError):
@@ -69,3 +81,18 @@ class ScheduleError(SequantEvalError):
 
 class UnsupportedFeature(SequantEvalError):
     """Input that is valid but not (yet) evaluable, e.g. numerical composite indices."""
+
+
+class InputTypeError(SequantEvalError, TypeError):
+    """An argument of the wrong type, e.g. bytes or None where equation text is expected."""
+
+
+class PolicyError(SequantEvalError, ValueError):
+    """A budget or batch policy that cannot be read: a malformed byte count, a block size
+    that is not a positive integer, a space the extents do not know."""
+
+
+class UsageError(SequantEvalError):
+    """A command-line or environment mistake: a missing or unreadable file, an output folder
+    that does not exist, a missing optional dependency, a development command run outside a
+    source checkout."""
