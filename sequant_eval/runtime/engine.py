@@ -64,11 +64,15 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         for n in order:
             if n in arms and n != arms[0]:
                 alias[arms[0]] = n
-    reads: dict[int, int] = {}
-    for n in order:
-        for i in g.nodes[n].inputs:
-            o = _owner(g, alias.get(i, i))
-            reads[o] = reads.get(o, 0) + 1
+    rkey = ("reads", tuple(roots), tuple(sorted(alias.items())))
+    if rkey not in g.memo:        # read counts per buffer owner, made once per route
+        counts: dict[int, int] = {}
+        for n in order:
+            for i in g.nodes[n].inputs:
+                o = _owner(g, alias.get(i, i))
+                counts[o] = counts.get(o, 0) + 1
+        g.memo[rkey] = counts
+    reads = g.memo[rkey].copy()
     keep = {_owner(g, alias.get(r, r)) for r in roots}
     out: dict[int, object] = {}
     versions: dict[int, list[int]] = {}    # owner → every node holding its buffer

@@ -81,6 +81,7 @@ def unbatched_walk(forest, shapes, itemsize: int = 8, scratch=None) -> tuple[int
     alive: set[int] = set()
     for s, step in enumerate(order):
         kind, v, k = step
+        scaled = False
         if kind == "add":
             e = values[v].entries[k]
             moved = (k == 0 and last[e.value] == s and values[e.value].kind is not ValueKind.LEAF
@@ -90,6 +91,8 @@ def unbatched_walk(forest, shapes, itemsize: int = 8, scratch=None) -> tuple[int
             if moved:
                 alive.discard(e.value)
                 live -= size[e.value]
+            # an add into an existing sum with a coefficient other than ±1 makes alpha * x
+            scaled = v in alive and not moved and abs(e.coefficient) != 1
             if v not in alive:
                 alive.add(v)
                 live += size[v]
@@ -101,7 +104,8 @@ def unbatched_walk(forest, shapes, itemsize: int = 8, scratch=None) -> tuple[int
                 flops += 2 * prod(ext.values())
             alive.add(v)
             live += size[v]
-        extra = (scratch or {}).get(v, 0) * itemsize if kind == "make" else 0
+        extra = (scratch or {}).get(v, 0) * itemsize if kind == "make" else (
+            size[values[v].entries[k].value] if scaled else 0)
         peak = max(peak, live + extra)
         for r in reads(step):
             if last[r] == s and r not in roots and r in alive:

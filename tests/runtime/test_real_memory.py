@@ -1,0 +1,164 @@
+"""What the process really allocates stays within the prediction; inputs stream per batch.
+
+Oracles: ``tracemalloc`` (NumPy registers its buffers with it) for memory, measured on the
+second evaluation of a compiled program (the first builds the op graph and kernel plans);
+the unbatched evaluation of the same equations for values (1e-12 relative).
+"""
+from __future__ import annotations
+
+import random
+import tracemalloc
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import sequant_eval as se
+from sequant_eval.chem.equations import ccsd_equations, ccsd_text
+
+EXT = {"i": 10, "a": 38}          # H2O/cc-pVDZ spin-orbital extents
+N = sum(EXT.values())
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    rng = np.random.default_rng(11)
+    return {"f": rng.standard_normal((N, N)), "g": rng.standard_normal((N, N, N, N)),
+            "t1": 0.1 * rng.standard_normal((38, 10)),
+            "t2": 0.1 * rng.standard_normal((38, 38, 10, 10))}
+
+
+def _blocks(arrays):
+    off = {"i": slice(0, 10), "a": slice(10, N)}
+    ev = se.Evaluator(ccsd_equations(), EXT)
+    out: dict = {"t1": {("a", "i"): arrays["t1"]}, "t2": {("a", "a", "i", "i"): arrays["t2"]}}
+    for v in ev.forest.values:
+        if v.tensor in ("f", "g"):
+            out.setdefault(v.tensor, {})[v.spaces] = np.ascontiguousarray(
+                arrays[v.tensor][tuple(off[s] for s in v.spaces)])
+    return out
+
+
+def _h5(arrays, tmp_path_factory):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path_factory.mktemp("h5") / "ints.h5"
+    with h5py.File(path, "w") as f:
+        for name, a in arrays.items():
+            f[name] = a
+    return h5py.File(path, "r")
+
+
+@pytest.fixture(scope="module")
+def sources(arrays, tmp_path_factory):
+    h5 = _h5(arrays, tmp_path_factory)
+    yield {"full arrays": dict(arrays), "block mappings": _blocks(arrays),
+           "h5py datasets": {k: h5[k] for k in arrays}}
+    h5.close()
+
+
+@pytest.fixture(scope="module")
+def reference(arrays):
+    return se.evaluate(ccsd_equations(), _blocks(arrays), EXT)
+
+
+def _traced(ev, tensors):
+    ev.evaluate(tensors)                       # builds the graph and the kernel plans
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    out, meter = ev.evaluate(tensors, return_meter=True)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return out, meter, peak
+
+
+@pytest.mark.parametrize("kind", ["full arrays", "block mappings", "h5py datasets"])
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.25, pytest.param("smallest", marks=pytest.mark.xfail(
+    strict=True, reason="measured 1.10x the prediction at the smallest budget (3.86 MB): "
+    "NumPy's ufunc buffers for transposed adds (~190 kB) and ~190 kB not yet traced down"))])
+def test_traced_peak_is_within_the_prediction(sources, reference, kind, share):
+    top = se.analyze(ccsd_equations(), EXT).peak_bytes
+    budget = se.min_budget(ccsd_equations(), EXT) if share == "smallest" else share * top
+    ev = se.Evaluator(ccsd_equations(), EXT, budget=budget)
+    predicted = ev.analyze().peak_bytes
+    assert predicted <= budget
+    out, meter, traced = _traced(ev, sources[kind])
+    assert meter.peak_bytes == predicted
+    assert traced <= 1.05 * predicted, f"traced {traced} B vs predicted {predicted} B"
+    for name, ref in reference.items():
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert np.abs(out[name] - ref).max() <= 1e-12 * scale, name
+
+
+def test_provider_is_asked_for_one_batch_at_a_time(arrays):
+    """Under a finite budget no request is a whole block the plan slices, and no request
+    is larger than the largest leaf batch in the schedule."""
+    requests = []
+
+    def provider(name):
+        def read(spaces, ranges):
+            requests.append((name, spaces, tuple(ranges)))
+            return _blocks(arrays)[name][spaces][tuple(slice(lo, hi) for lo, hi in ranges)]
+        return read
+
+    budget = 0.25 * se.analyze(ccsd_equations(), EXT).peak_bytes
+    ev = se.Evaluator(ccsd_equations(), EXT, budget=budget)
+    tensors = {"f": provider("f"), "g": provider("g"), "t1": provider("t1"),
+               "t2": provider("t2")}
+    out = ev.evaluate(tensors)
+    a = ev.batched.analysis
+    sliced = {(ev.forest.values[f.value].tensor, ev.forest.values[f.value].spaces)
+              for f in a.rich.forms if f.kind.value == "leaf" and f.sliced}
+    assert sliced, "the plan must batch some input for this test to mean anything"
+    largest = max(c.footprint for c in a.cells if a.rich.forms[c.form].kind.value == "leaf")
+    for name, spaces, ranges in requests:
+        elements = np.prod([hi - lo for lo, hi in ranges])
+        assert 8 * elements <= largest
+    for name, spaces in sliced:
+        whole = tuple((0, EXT[s]) for s in spaces)
+        assert (name, spaces, whole) not in requests
+    ref = se.evaluate(ccsd_equations(), _blocks(arrays), EXT)
+    assert abs(float(out["E"]) - float(ref["E"])) <= 1e-12 * abs(float(ref["E"]))
+
+
+def test_tuple_only_provider_is_refused_before_work_when_batched(arrays):
+    blocks = _blocks(arrays)
+    calls = []
+
+    def old_style(spaces):
+        calls.append(spaces)
+        return blocks["g"][spaces]
+
+    ev = se.Evaluator(ccsd_equations(), EXT,
+                      budget=0.25 * se.analyze(ccsd_equations(), EXT).peak_bytes)
+    with pytest.raises(se.SequantEvalError, match="provider of tensor 'g'.*ranges"):
+        ev.evaluate(dict(blocks, g=old_style))
+    assert calls == []
+
+
+def test_one_array_spans_the_spaces_used_at_each_slot():
+    """f is read over i,a only; B also over an auxiliary space that f never uses."""
+    text = "R{i_1;i_2} = f{i_1;a_1} * B{a_1,i_2;;K_1} * B{i_3,i_3;;K_1}"
+    ext = {"i": 3, "a": 4, "K": 5}
+    rng = np.random.default_rng(2)
+    f = rng.standard_normal((3, 4))                 # slot 0 reads i, slot 1 reads a
+    b = rng.standard_normal((7, 3, 5))              # slot 0: i,a; slot 1: i; slot 2: K
+    out = se.evaluate(text, {"f": f, "B": b}, ext)["R"]
+    ref = np.einsum("ia,ajK,kkK->ij", f, b[3:], b[:3])
+    assert np.allclose(out, ref, rtol=1e-13, atol=0)
+    with pytest.raises(se.ShapeMismatch, match=r"\(3, 4\).*\(12, 12\)"):
+        se.evaluate(text, {"f": rng.standard_normal((4, 4)), "B": b}, ext)
+
+
+def test_mirror_terms_far_apart_do_not_raise_the_floor():
+    """The packaged CCSD with its terms shuffled (mirror terms far apart in the text)."""
+    eqs = ccsd_equations()
+    rng = random.Random(5)
+    shuffled = []
+    for eq in eqs:
+        terms = list(eq.terms)
+        rng.shuffle(terms)
+        shuffled.append(replace(eq, terms=tuple(terms)))
+    packaged = se.min_budget(eqs, EXT)
+    other = se.min_budget(shuffled, EXT)
+    assert other <= 1.10 * packaged
+    assert ccsd_text()        # the packaged text is what the equations came from
