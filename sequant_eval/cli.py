@@ -1,20 +1,149 @@
 """The ``sequant-eval`` command line.
 
-    sequant-eval ccsd [--molecule water] [--basis cc-pvdz]     CCSD with a memory report
+    sequant-eval ccsd [--atom "O 0 0 0.117; ..." | --xyz F] [--basis cc-pvdz] [--frozen N]
+                                                               CCSD with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
+    sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
     sequant-eval regen-equations [--check]                     re-derive the CCSD equations
     sequant-eval snapshots [--update]                          schedule snapshots (schedules/)
+
+Every mistake (a missing file, a malformed budget, bad equation text) is one line on
+stderr and exit status 2; no traceback.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from .errors import SequantEvalError
+from .errors import ParseError, SequantEvalError, UsageError
 
 __all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr (and exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _read_text(path: str) -> str:
+    """A FILE argument as text; a missing, directory or non-UTF-8 file is a UsageError."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such file")
+    if p.is_dir():
+        raise UsageError(f"{path}: is a directory; give the equation files in it "
+                         f"(e.g. {Path(path) / '*.txt'})")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from err
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                         f"{err.start}); save the file as UTF-8") from err
+
+
+def _read_equations(files: Sequence[str]) -> list:
+    """Parse every file (bare expressions named after the file); errors name the file."""
+    from .expr import check_unique_results, parse
+
+    eqs, origins = [], []
+    for path in files:
+        text = _read_text(path)
+        try:
+            parsed = parse(text, default_name=Path(path).stem)
+        except ParseError as err:
+            raise UsageError(f"{path}: {str(err).splitlines()[0]}") from err
+        eqs += parsed
+        origins += [path] * len(parsed)
+    check_unique_results(eqs, origins)
+    return eqs
+
+
+def _regime(path: str):
+    """A size regime JSON file, checked: an object with ``extents`` of positive integers."""
+    from .plan.regime import Regime
+
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column "
+                         f"{err.colno})") from err
+    if not isinstance(data, dict) or not isinstance(data.get("extents"), dict):
+        raise UsageError(f"{path}: a regime is a JSON object with \"extents\": "
+                         f"{{\"i\": 80, \"a\": 896, ...}} (see data/water20/regime.json)")
+    extents = {}
+    for space, n in data["extents"].items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"{path}: extent of space {space!r} must be a positive integer, "
+                             f"got {n!r}")
+        extents[space] = n
+    means = data.get("power_means", {})
+    try:
+        moments = {int(k): tuple(float(x) for x in v) for k, v in means.items()}
+    except (AttributeError, TypeError, ValueError) as err:
+        raise UsageError(f"{path}: \"power_means\" maps a proto count to a list of numbers, "
+                         f"e.g. {{\"2\": [1.0, 23.2, 25.9]}}") from err
+    name = data.get("name", Path(path).stem)
+    return Regime(extents, moments, name if isinstance(name, str) else Path(path).stem)
+
+
+def _output(path: str | None, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder does not exist."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {p.parent} does not exist; create it first")
+
+
+def _write(path: str, flag: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot write it ({err.strerror or err})") from err
+
+
+def _budget(text: str | None, eqs, extents):
+    """``--budget``: bytes, or a share such as 25% of the unbatched peak of these equations."""
+    from .api import Evaluator
+    from .plan.policy import BudgetShare, parse_budget
+
+    if text is None:
+        return None
+    try:
+        budget = parse_budget(text)
+    except SequantEvalError as err:
+        raise UsageError(f"--budget {text}: {err}") from err
+    if isinstance(budget, BudgetShare):
+        return budget.of(Evaluator(eqs, extents).analyze().peak_bytes)
+    return budget
+
+
+def _policy(args: argparse.Namespace, eqs, extents):
+    """The batch policy of ``--budget --contracted --external --block`` (None: unbatched)."""
+    from .plan import BatchPolicy
+
+    contracted, external = _spaces(args.contracted), _spaces(args.external)
+    block = _assignments(_spaces(args.block), "--block")
+    if args.budget is None and not (contracted or external or block):
+        return None
+    known = getattr(extents, "extents", extents)
+    if not contracted and not external:
+        contracted = external = tuple(s for s in known if "<" not in s)
+    policy = BatchPolicy(budget=None, contracted=contracted, external=external, block=block)
+    policy.check(extents)
+    return replace(policy, budget=_budget(args.budget, eqs, extents))
 
 
 def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
@@ -22,30 +151,77 @@ def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise SequantEvalError(f"{flag} expects SPACE=N, got {item!r}")
+        value = value.strip()
+        if not sep or not name.strip() or not (value.isascii() and value.isdigit()) or (
+                int(value) < 1):
+            raise UsageError(f"{flag} expects SPACE=N with N a positive integer, got {item!r}")
         out[name.strip()] = int(value)
     return out
 
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
-    from .chem.ccsd import run_ccsd
+    """CCSD on a molecule (closed-shell equations for a closed-shell RHF), one line per
+    iteration, then energies and the memory report; ``--json`` writes them as JSON."""
+    from .chem import molecules
+    from .chem.pyscf_ccsd import CCSD
+    from .report.text import format_bytes
 
-    run = run_ccsd(args.molecule, args.basis, args.backend, max_iter=args.max_iter,
-                   budget=args.budget)
-    print(run.summary())
-    return 0 if run.result.converged else 1
+    _output(args.json, "--json")
+    if args.frozen < 0 or args.max_iter < 1 or not args.conv_tol > 0:
+        raise UsageError("--frozen must be >= 0, --max-iter >= 1 and --conv-tol > 0")
+    if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
+        raise UsageError("give one of --molecule, --atom and --xyz")
+    if args.atom is not None or args.xyz is not None:
+        atom = args.atom if args.atom is not None else molecules.read_xyz(args.xyz)
+    else:
+        atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
+    mol = molecules.molecule_from_atoms(atom, args.basis, args.charge)
+    mf = molecules.mean_field(mol)
+    print(f"{type(mf).__name__} E = {mf.e_tot:.10f} Eh ({mol.natm} atoms, {mol.nao} basis "
+          f"functions, {mol.nelectron} electrons)")
+
+    def line(rec, seconds, peak):
+        de = "" if rec.delta_e == float("inf") else f"{rec.delta_e: .3e}"
+        print(f"iter {rec.iteration:3d}  E_corr = {rec.e_corr: .12f}  dE = {de:>10}  "
+              f"|R| = {rec.residual_norm:.3e}  {seconds:6.2f} s  peak {format_bytes(peak)}",
+              flush=True)
+
+    mycc = CCSD(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
+                spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
+                conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line)
+    mycc.run()
+    print(mycc.summary())
+    if args.json:
+        data = dict(mycc.to_dict(), atom=atom, charge=args.charge)
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return 0 if mycc.converged else 1
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from .api import analyze
-    from .expr import parse
+    from .api import Evaluator
+    from .plan.regime import Regime
 
-    eqs = []
-    for path in args.files:
-        stem = Path(path).stem
-        eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=stem)
-    print(analyze(eqs, _assignments(args.extent, "--extent"), budget=args.budget).dump(), end="")
+    _output(args.json, "--json")
+    extents = _assignments(args.extent, "--extent")
+    if args.regime:
+        regime = _regime(args.regime)
+        extents = Regime(dict(regime.extents, **extents), regime.moments, regime.name)
+    elif not extents:
+        raise UsageError("analyze needs the extents: --extent SPACE=N (once per space) or "
+                         "--regime REGIME.json")
+    eqs = _read_equations(args.files)
+    rep = Evaluator(eqs, extents, policy=_policy(args, eqs, extents)).analyze()
+    print(rep.dump(), end="")
+    if args.json:
+        data = {"files": list(args.files),
+                "extents": dict(getattr(extents, "extents", extents)),
+                "peak_bytes": rep.peak_bytes, "binding_point": rep.binding_point,
+                "flops": rep.flops, "unbatched_flops": rep.unbatched_flops,
+                "recompute_overhead": rep.recompute_overhead,
+                "loops": [str(lp) for lp in rep.loops]}
+        if rep.schedule is not None:
+            data["memory"] = json.loads(rep.memory(", ".join(args.files)).to_json())
+        _write(args.json, "--json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 
@@ -54,11 +230,16 @@ def _cmd_regen(args: argparse.Namespace) -> int:
 
     text = derive.derive_ccsd_text()
     if args.check:
-        same = derive.DATA_PATH.read_text(encoding="utf-8") == text
-        print("up to date" if same else f"{derive.DATA_PATH} differs from a fresh derivation")
-        return 0 if same else 1
+        fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text)}
+        stale = [p for p, t in fresh.items()
+                 if not p.exists() or p.read_text(encoding="utf-8") != t]
+        for path in stale:
+            print(f"{path} differs from a fresh derivation")
+        if not stale:
+            print("up to date")
+        return 1 if stale else 0
     derive.regenerate()
-    print(f"wrote {derive.DATA_PATH}")
+    print(f"wrote {derive.DATA_PATH} and {derive.CLOSED_SHELL_PATH}")
     return 0
 
 
@@ -68,21 +249,16 @@ def _spaces(text: str | None) -> tuple[str, ...]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .api import Evaluator
-    from .expr import parse
-    from .plan import BatchPolicy
-    from .plan.regime import load_regime
-    from .report.plot import plot_report
+    from .report.plot import plot_report, require_matplotlib
     from .report.progress import Progress
 
-    eqs = []
-    for path in args.files:
-        eqs += parse(Path(path).read_text(encoding="utf-8"), default_name=Path(path).stem)
-    regime = load_regime(args.regime)
-    contracted, external = _spaces(args.contracted), _spaces(args.external)
-    if not contracted and not external:
-        contracted = external = tuple(regime.extents)
-    policy = BatchPolicy(budget=args.budget, contracted=contracted, external=external,
-                         block=_assignments(_spaces(args.block), "--block"))
+    _output(args.json, "--json")
+    _output(args.plot, "--plot")
+    if args.plot:
+        require_matplotlib()
+    regime = _regime(args.regime)
+    eqs = _read_equations(args.files)
+    policy = _policy(args, eqs, regime)
     progress = Progress()
     try:
         rep = Evaluator(eqs, regime, policy=policy, progress=progress).analyze()
@@ -92,9 +268,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     memory = rep.memory(title)
     print(memory.to_text(), end="")
     if args.json:
-        Path(args.json).write_text(memory.to_json() + "\n", encoding="utf-8")
+        _write(args.json, "--json", memory.to_json() + "\n")
     if args.plot:
-        plot_report(memory, args.plot)
+        try:
+            plot_report(memory, args.plot)
+        except OSError as err:
+            raise UsageError(f"--plot {args.plot}: cannot write it ({err.strerror or err})") \
+                from err
     return 0
 
 
@@ -110,22 +290,56 @@ def _cmd_snapshots(args: argparse.Namespace) -> int:
     return 1 if stale else 0
 
 
+def _policy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--contracted", help="spaces batchable where summed, e.g. Κ or Κ,i")
+    p.add_argument("--external", help="spaces batchable where open on a result, e.g. i")
+    p.add_argument("--block", help="block sizes, e.g. Κ=256,i=16")
+    p.add_argument("--json", help="write the report as JSON here")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sequant-eval")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sequant-eval", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command")
-    p = sub.add_parser("ccsd", help="spin-orbital CCSD with a memory report")
-    p.add_argument("--molecule", default="water", help="water or water_dimer")
+    parser = _Parser(prog="sequant-eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"sequant-eval {_version()}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    p = sub.add_parser("ccsd", help="CCSD of a molecule with a memory report")
+    p.add_argument("--molecule", default=None,
+                   help="a named molecule: water (default) or water_dimer")
+    p.add_argument("--atom", help='atoms in Angstrom: "O 0 0 0.117; H 0 0.757 -0.469; ..."')
+    p.add_argument("--xyz", help="an XYZ file (Angstrom)")
     p.add_argument("--basis", default="cc-pvdz")
-    p.add_argument("--backend", default="numpy", choices=["numpy"])
+    p.add_argument("--charge", type=int, default=0)
+    p.add_argument("--frozen", type=int, default=0, metavar="N",
+                   help="leave the N lowest orbitals uncorrelated")
+    p.add_argument("--conv-tol", type=float, default=1e-10, help="energy change threshold")
+    p.add_argument("--conv-tol-normt", type=float, default=1e-8,
+                   help="residual norm threshold")
     p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--spin-orbital", action="store_true",
+                   help="spin-orbital equations (the default for open shells)")
+    p.add_argument("--backend", default="numpy", choices=["numpy"])
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "
                         "peak (25%%)")
+    p.add_argument("--json", help="write energies, iterations and memory as JSON here")
     p.set_defaults(func=_cmd_ccsd)
     p = sub.add_parser("analyze", help="dry run: peak memory and flops of equation files")
     p.add_argument("files", nargs="+")
     p.add_argument("--extent", action="append", default=[], metavar="SPACE=N")
-    p.add_argument("--budget", default=None, help="bytes, e.g. 25e9, 25GB, 4GiB")
+    p.add_argument("--regime", help="size regime JSON (extents; --extent entries override)")
+    p.add_argument("--budget", default=None,
+                   help="bytes (25e9, 25GB, 4GiB) or a share of the unbatched peak (25%%)")
+    _policy_arguments(p)
     p.set_defaults(func=_cmd_analyze)
     p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")
     p.add_argument("--check", action="store_true", help="only compare, do not write")
@@ -133,12 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("report", help="peak-memory report of equation files under a budget")
     p.add_argument("files", nargs="+")
     p.add_argument("--regime", required=True, help="size regime JSON (data/water20/regime.json)")
-    p.add_argument("--budget", required=True, help="bytes: 25e9, 25GB, 4GiB")
-    p.add_argument("--contracted", help="spaces batchable where summed, e.g. Κ or Κ,i")
-    p.add_argument("--external", help="spaces batchable where open on a result, e.g. i")
-    p.add_argument("--block", help="block sizes, e.g. Κ=256,i=16")
-    p.add_argument("--json", help="write the report as JSON here")
-    p.add_argument("--plot", help="write a PNG of live memory over the schedule here")
+    p.add_argument("--budget", required=True,
+                   help="bytes (25e9, 25GB, 4GiB) or a share of the unbatched peak (25%%)")
+    _policy_arguments(p)
+    p.add_argument("--plot", help="write a PNG of live memory over the schedule here "
+                                  "(needs matplotlib: pip install 'sequant-eval[plot]')")
     p.set_defaults(func=_cmd_report)
     p = sub.add_parser("snapshots", help="check (or --update) the schedule snapshots")
     p.add_argument("--update", action="store_true", help="rewrite the stored dumps")
@@ -151,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except SequantEvalError as err:
-        print(f"sequant-eval: error: {err}", file=sys.stderr)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"sequant-eval: error: {first}", file=sys.stderr)
         return 2
 
 

@@ -39,9 +39,11 @@ from sympy.physics.secondquant import (
     wicks,
 )
 
-__all__ = ["DATA_PATH", "derive_ccsd_text", "derive_equations", "regenerate", "main"]
+__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "derive_ccsd_text", "derive_equations",
+           "closed_shell_text", "regenerate", "main"]
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
+CLOSED_SHELL_PATH = DATA_PATH.parent / "ccsd_cs.txt"
 
 #: An index is (space, number), space "i" (occupied) or "a" (virtual).
 Index = tuple[str, int]
@@ -298,12 +300,54 @@ def derive_ccsd_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def regenerate(path: str | Path | None = None) -> str:
-    """Derive the equations, write them to ``path`` (default: packaged data)."""
+_CLOSED_SHELL_HEADER = """\
+# Closed-shell (RHF) CCSD equations over spatial orbitals, non-canonical Fock matrix.
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`, which
+# spin-traces ccsd_so.txt (sequant_eval.expr.spintrace.spin_trace, sequant_eval/chem/derive.py).
+#
+# E = <0|Hbar|0> summed over spins; R1{a_1;i_1} = R1 of ccsd_so.txt at (a_1 alpha; i_1 alpha),
+# R2{a_1,a_2;i_1,i_2} = R2 of ccsd_so.txt at (a_1 alpha, a_2 beta; i_1 alpha, i_2 beta).
+#
+# Tensors are Name{bra;ket}, all indices spatial:
+#   f{p;q}               Fock matrix f_pq (real symmetric)
+#   g{p,q;r,s}           <pq|rs> = (pr|qs), NOT antisymmetrized (real orbitals, 8-fold symmetric)
+#   t1{a;i}              t_i^a (the same for alpha and beta)
+#   t2{a_1,a_2;i_1,i_2}  t_{i_1 alpha, i_2 beta}^{a_1 alpha, a_2 beta}, t2{a,b;i,j} = t2{b,a;j,i}
+# Indices i_N are active occupied, a_N virtual; result indices are external, all others
+# summed.  Equal terms are folded; mirror terms (a_1,i_1 <-> a_2,i_2) are written out.
+"""
+
+
+def closed_shell_text(spin_orbital_text: str | None = None) -> str:
+    """The full text of ``data/ccsd_cs.txt``: the spin trace of ``spin_orbital_text``
+    (default: the packaged ``ccsd_so.txt``), deterministic byte for byte."""
+    from sequant_eval.expr import parse
+    from sequant_eval.expr.printer import format_equation
+    from sequant_eval.expr.spintrace import spin_trace
+
+    if spin_orbital_text is None:
+        spin_orbital_text = DATA_PATH.read_text(encoding="utf-8")
+    lines = [_CLOSED_SHELL_HEADER.rstrip("\n")]
+    for eq in spin_trace(parse(spin_orbital_text)):
+        lhs = str(eq.result) if eq.result is not None else eq.name
+        lines += ["", f"# {lhs}: {len(eq.terms)} terms",
+                  format_equation(eq, one_term_per_line=True).replace("\n  ", "\n    ")]
+    return "\n".join(lines) + "\n"
+
+
+def regenerate(path: str | Path | None = None,
+               closed_shell_path: str | Path | None = None) -> str:
+    """Derive the equations, write them to ``path`` (default: packaged data) and their
+    closed-shell spin trace to ``closed_shell_path`` (default: beside the packaged data,
+    or ``<path stem>_cs.txt`` beside an explicit ``path``)."""
     text = derive_ccsd_text()
     target = Path(path) if path is not None else DATA_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
+    if closed_shell_path is None:
+        closed_shell_path = (CLOSED_SHELL_PATH if path is None
+                             else target.with_name(target.stem.removesuffix("_so") + "_cs.txt"))
+    Path(closed_shell_path).write_text(closed_shell_text(text), encoding="utf-8")
     return text
 
 
@@ -313,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"output file (default: {DATA_PATH})")
     args = parser.parse_args(argv)
     regenerate(args.path)
-    print(f"wrote {args.path or DATA_PATH}")
+    print(f"wrote {args.path or DATA_PATH} and its closed-shell spin trace")
     return 0
 
 

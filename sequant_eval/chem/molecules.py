@@ -35,7 +35,8 @@ from sequant_eval.errors import SequantEvalError
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyscf import gto
 
-__all__ = ["UnknownMolecule", "UnknownBasis", "GEOMETRIES", "known_molecules", "geometry", "build_molecule"]
+__all__ = ["UnknownMolecule", "UnknownBasis", "BadGeometry", "GEOMETRIES", "known_molecules",
+           "geometry", "build_molecule", "molecule_from_atoms", "read_xyz", "mean_field"]
 
 
 class UnknownMolecule(SequantEvalError, KeyError):
@@ -47,6 +48,10 @@ class UnknownMolecule(SequantEvalError, KeyError):
 
 class UnknownBasis(SequantEvalError):
     """A basis-set name PySCF does not know."""
+
+
+class BadGeometry(SequantEvalError):
+    """Atom text or an XYZ file PySCF cannot read, or an impossible charge."""
 
 
 #: name -> geometry as PySCF atom text (Angstrom).
@@ -131,3 +136,73 @@ def build_molecule(name: str, basis: str) -> "gto.Mole":
     except BasisNotFoundError as exc:
         raise UnknownBasis(f"PySCF does not know basis {basis!r} (molecule {name!r})") from exc
     return mol
+
+
+def read_xyz(path: str) -> str:
+    """The atoms of an XYZ file (``N``, a comment line, then ``El x y z`` in Angstrom)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise BadGeometry(f"--xyz {path}: no such file")
+    lines = [ln.strip() for ln in p.read_text(encoding="utf-8", errors="replace").splitlines()]
+    if lines and lines[0].isdigit():
+        count, lines = int(lines[0]), lines[2:]
+        atoms = [ln for ln in lines if ln][:count]
+        if len(atoms) != count:
+            raise BadGeometry(f"{path}: the header announces {count} atoms, the file has "
+                              f"{len(atoms)}")
+        return "; ".join(atoms)
+    return "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def molecule_from_atoms(atom: str, basis: str, charge: int = 0) -> "gto.Mole":
+    """A PySCF molecule from atom text (``"O 0 0 0.117; H 0 0.757 -0.469; ..."``, Angstrom);
+    the lowest spin the electron count allows (singlet or doublet), no symmetry, silent."""
+    import warnings
+
+    from pyscf import gto
+    from pyscf.lib.exceptions import BasisNotFoundError
+
+    mol = gto.Mole(atom=atom, basis=basis, charge=charge, unit="Angstrom", symmetry=False,
+                   verbose=0)
+    spin = _electrons(mol) % 2
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mol.build(spin=spin)
+    except BasisNotFoundError as exc:
+        raise UnknownBasis(f"PySCF does not know basis {basis!r}") from exc
+    except Exception as exc:  # PySCF raises bare exceptions for malformed atoms
+        raise BadGeometry(f"PySCF cannot read the atoms {atom!r}: {exc}") from exc
+    return mol
+
+
+def _electrons(mol) -> int:
+    from pyscf.data.elements import charge as nuclear_charge
+
+    if not str(mol.atom).strip(" ;\n"):
+        raise BadGeometry("no atoms given: write them as \"O 0 0 0.117; H 0 0.757 -0.469; ...\"")
+    try:
+        atoms = mol.format_atom(mol.atom, unit=mol.unit)
+        n = sum(nuclear_charge(a[0]) for a in atoms) - mol.charge
+    except Exception as exc:
+        raise BadGeometry(f"PySCF cannot read the atoms {mol.atom!r}: {exc}") from exc
+    if n <= 0:
+        raise BadGeometry(f"charge {mol.charge} leaves {n} electrons in {mol.atom!r}; give a "
+                          "smaller --charge or known element symbols")
+    return n
+
+
+def mean_field(mol, conv_tol: float = 1e-10):
+    """A converged RHF (closed shell) or UHF (open shell) of ``mol``."""
+    from pyscf import scf
+
+    mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
+    mf.conv_tol = conv_tol
+    mf.max_cycle = 200
+    mf.kernel()
+    if not mf.converged:
+        raise SequantEvalError(f"{type(mf).__name__} did not converge in {mf.max_cycle} "
+                               "cycles; check the geometry and charge")
+    return mf

@@ -4,9 +4,11 @@ from __future__ import annotations
 from .index import Index, IndexSpace, check_extents, mode_space
 from .parser import parse
 from .printer import to_text
-from .terms import Equation, Operator, Product, Tensor, free_indices, operator_terms
+from .terms import (Equation, Operator, Product, Tensor, check_unique_results, free_indices,
+                    operator_terms)
 
 __all__ = [
     "Index", "IndexSpace", "Tensor", "Operator", "Product", "Equation",
     "parse", "to_text", "free_indices", "operator_terms", "mode_space", "check_extents",
+    "check_unique_results",
 ]

@@ -13,6 +13,10 @@ Grammar (one equation per logical line; a physical line whose first non-blank ch
     number   := DIGITS ["." DIGITS] [("e"|"E") ["+"|"-"] DIGITS] ["/" DIGITS]
 
 Columns count Unicode code points from 1 (a combining tilde is its own code point).
+Digits are ASCII ``0-9`` (``²`` or ``٣`` are refused, not read as numbers). A number has at
+most ``MAX_DIGITS`` digits and a decimal exponent within ``±MAX_EXPONENT``, and every term's
+coefficient must be a finite, non-underflowing float64: it is exact here but evaluated in
+floating point.
 """
 from __future__ import annotations
 
@@ -21,15 +25,21 @@ import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..errors import ParseError
+from ..errors import InputTypeError, ParseError
 from .index import Index
 from .terms import Equation, Operator, Product, Tensor, free_indices, index_counts
 
-__all__ = ["parse"]
+__all__ = ["parse", "MAX_DIGITS", "MAX_EXPONENT"]
 
-_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+#: Longest digit string a number or an index number may have (the printer writes exact
+#: rationals, so a float64-sized coefficient such as 1e-300 prints with about 300 digits).
+MAX_DIGITS = 1000
+#: Largest decimal exponent a number may carry (float64 spans about 1e-308 .. 1.8e308).
+MAX_EXPONENT = 400
+
+_NUMBER = re.compile(r"([0-9]+)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
 _SYMMETRY = re.compile(r"([ASN])-([SCN])-([SN])")
-_INDEX = re.compile(r"((?:[^\W\d_]|[\u0300-\u036f])+)_?(\d+)?$")
+_INDEX = re.compile(r"((?:[^\W\d_]|[\u0300-\u036f])+)_?([0-9]+)?$")
 _PUNCT = {"{": "{", "}": "}", ";": ";", ",": ",", ">": ">", "*": "*", "+": "+",
           "-": "-", "/": "/", "=": "="}
 
@@ -42,8 +52,29 @@ class _Token:
     column: int
 
 
+def _is_ascii_digit(ch: str) -> bool:
+    return "0" <= ch <= "9"
+
+
 def _is_name_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_" or unicodedata.category(ch).startswith("M")
+    category = unicodedata.category(ch)
+    return _is_ascii_digit(ch) or ch == "_" or category[0] in "LM"
+
+
+def _describe(ch: str) -> str:
+    """``'²' (SUPERSCRIPT TWO, U+00B2)``: the character, its Unicode name and code point."""
+    name = unicodedata.name(ch, "")
+    return f"{ch!r} ({name + ', ' if name else ''}U+{ord(ch):04X})"
+
+
+def _unexpected(ch: str) -> str:
+    if ch.isdigit() or ch.isnumeric():
+        return (f"unexpected character {_describe(ch)}: numbers and index numbers are ASCII "
+                f"digits 0-9 (write i_2, not i²)")
+    if not ch.isascii():
+        return (f"unexpected character {_describe(ch)}: only letters (any script), combining "
+                f"marks, ASCII digits and the punctuation {{ }} ; , < > * + - / = : # may appear")
+    return f"unexpected character {ch!r}"
 
 
 class _Lexer:
@@ -74,7 +105,7 @@ class _Lexer:
                 break
             if ch.isspace():
                 k += 1
-            elif ch.isdigit():
+            elif _is_ascii_digit(ch):
                 m = _NUMBER.match(line, k)
                 out.append(_Token("NUMBER", m.group(), n, col))
                 k = m.end()
@@ -102,7 +133,7 @@ class _Lexer:
                 out.append(_Token(ch, ch, n, col))
                 k += 1
             else:
-                raise ParseError(f"unexpected character {ch!r}", n, col, line)
+                raise ParseError(_unexpected(ch), n, col, line)
         return out
 
 
@@ -122,8 +153,9 @@ class _Parser:
     def error(self, message: str, tok: _Token | None = None) -> ParseError:
         tok = tok or self.tok
         text = self.lines[tok.line - 1] if tok.line <= len(self.lines) else ""
+        shown = tok.text if len(tok.text) <= 40 else tok.text[:37] + "..."
         what = "end of input" if tok.kind == "EOF" else (
-            "end of line" if tok.kind == "NL" else repr(tok.text))
+            "end of line" if tok.kind == "NL" else repr(shown))
         return ParseError(f"{message}, found {what}", tok.line, tok.column, text)
 
     def take(self, kind: str, what: str) -> _Token:
@@ -142,8 +174,17 @@ class _Parser:
     # -- grammar -----------------------------------------------------------------------------
     def equations(self) -> list[Equation]:
         out: list[Equation] = []
+        seen: dict[str, int] = {}     # result name → line of its equation
         while self.tok.kind != "EOF":
-            out.append(self.equation(len(out)))
+            start = self.tok
+            eq = self.equation(len(out))
+            if eq.name in seen:
+                raise ParseError(f"result {eq.name} is already defined by the equation on line "
+                                 f"{seen[eq.name]}; write its terms into one equation (continue "
+                                 f"a line with '+' or '-') or rename one result",
+                                 start.line, start.column, self.lines[start.line - 1])
+            seen[eq.name] = start.line
+            out.append(eq)
             if self.tok.kind not in ("NL", "EOF"):
                 raise self.error("expected '+', '-', '*' or a factor")
             self.accept("NL")
@@ -202,8 +243,10 @@ class _Parser:
         factors: list[Tensor] = []
         operators: list[Operator] = []
         candidates: list[tuple[_Token, Tensor]] = []   # A{..} / P{..}: operators or tensors
+        first_number: _Token | None = None
         while True:
             if self.tok.kind == "NUMBER":
+                first_number = first_number or self.tok
                 coefficient *= self.number()
             elif self.tok.kind == "NAME":
                 tok = self.tok
@@ -224,15 +267,42 @@ class _Parser:
             operators = [self._operator(tok, t) for tok, t in candidates]
         else:
             factors = [self._check_slots(tok, t) for tok, t in candidates]
+        if first_number is not None:
+            self._check_float(coefficient, first_number)
         product = Product(coefficient, tuple(factors), tuple(operators))
         return product
 
+    def _check_float(self, value: Fraction, tok: _Token) -> None:
+        """The exact coefficient is evaluated as float64: refuse overflow and underflow."""
+        try:
+            as_float = float(value)
+        except OverflowError:
+            as_float = float("inf")
+        if as_float in (float("inf"), float("-inf")) or (value != 0 and as_float == 0.0):
+            what = "overflows" if as_float else "underflows to 0 in"
+            raise ParseError(f"coefficient {_magnitude(value)} {what} float64 (magnitude about "
+                             f"1e-308 .. 1.8e308); rescale the tensors instead", tok.line,
+                             tok.column, self.lines[tok.line - 1])
+
+    def _exact(self, tok: _Token) -> Fraction:
+        """A NUMBER token as an exact rational, refusing digit strings and exponents that
+        would take unbounded time (``1e100000000`` is a 100-million-digit integer)."""
+        m = _NUMBER.fullmatch(tok.text)
+        whole, frac, exp = m.group(1), m.group(2) or "", m.group(3)
+        if len(whole) + len(frac) > MAX_DIGITS:
+            raise self.error(f"a number has at most {MAX_DIGITS} digits; write it with an "
+                             f"exponent (1.5e70)", tok)
+        if exp is not None and (len(exp.lstrip("+-")) > 6 or abs(int(exp)) > MAX_EXPONENT):
+            raise self.error(f"exponent out of range: a coefficient's exponent must be within "
+                             f"±{MAX_EXPONENT} (float64 spans about 1e-308 .. 1.8e308)", tok)
+        return Fraction(tok.text)
+
     def number(self) -> Fraction:
         tok = self.take("NUMBER", "a number")
-        value = Fraction(tok.text)
+        value = self._exact(tok)
         if self.accept("/"):
             den_tok = self.take("NUMBER", "a denominator")
-            den = Fraction(den_tok.text)
+            den = self._exact(den_tok)
             if den == 0:
                 raise self.error("division by zero", den_tok)
             value /= den
@@ -299,6 +369,8 @@ class _Parser:
                 items.append(self.index(nested=True))
             self.take(">", "',' or '>' closing the proto list")
             protos = tuple(items)
+        if m.group(2) is not None and len(m.group(2)) > MAX_DIGITS:
+            raise self.error(f"an index number has at most {MAX_DIGITS} digits", tok)
         number = int(m.group(2)) if m.group(2) is not None else None
         return Index(m.group(1), number, protos)
 
@@ -330,10 +402,25 @@ class _Parser:
                                          f"index of {eq.name}", tok)
 
 
+def _magnitude(value: Fraction) -> str:
+    """``about 1e+400``: the decimal order of an exact rational too large for a float."""
+    if value == 0:
+        return "0"
+    digits = len(str(abs(value.numerator))) - len(str(value.denominator))
+    return f"about {'-' if value < 0 else ''}1e{digits:+d}"
+
+
 def parse(text: str, *, default_name: str = "R") -> list[Equation]:
     """Parse SeQuant text into equations.
 
     Bare expressions (no ``lhs =``) are named ``default_name``, ``default_name2``, ... and
     take their free indices, sorted, as result indices.
     """
+    if not isinstance(text, str):
+        hint = (" (decode it first: parse(data.decode('utf-8')))"
+                if isinstance(text, (bytes, bytearray)) else "")
+        raise InputTypeError(f"parse expects equation text as a str, got "
+                             f"{type(text).__name__}{hint}")
+    if not isinstance(default_name, str) or not default_name:
+        raise InputTypeError(f"default_name must be a non-empty str, got {default_name!r}")
     return _Parser(text, default_name).equations()

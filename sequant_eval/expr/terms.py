@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import factorial
 
+from collections.abc import Iterable
+
+from ..errors import ExpressionError
 from .index import Index
 
-__all__ = ["Tensor", "Operator", "Product", "Equation", "free_indices", "operator_terms"]
+__all__ = ["Tensor", "Operator", "Product", "Equation", "free_indices", "operator_terms",
+           "check_unique_results"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,23 @@ class Equation:
         from .printer import format_equation
 
         return format_equation(self)
+
+
+def check_unique_results(eqs: Iterable[Equation],
+                         origins: Iterable[str] | None = None) -> None:
+    """Refuse two equations with one result name (one would silently replace the other).
+
+    ``origins`` (one per equation, e.g. the file it came from) is named in the message."""
+    eqs = list(eqs)
+    where = list(origins) if origins is not None else [f"equation {k + 1}"
+                                                         for k in range(len(eqs))]
+    seen: dict[str, str] = {}
+    for eq, origin in zip(eqs, where):
+        if eq.name in seen:
+            raise ExpressionError(
+                f"two equations define result {eq.name} ({seen[eq.name]} and {origin}); merge "
+                f"their terms into one equation or rename one result")
+        seen[eq.name] = origin
 
 
 def index_counts(product: Product) -> Counter[Index]:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import SequantEvalError
+from ..errors import PolicyError
 
-__all__ = ["BatchPolicy", "parse_bytes", "DEFAULT_BATCHES"]
+__all__ = ["BatchPolicy", "BudgetShare", "parse_bytes", "parse_budget", "DEFAULT_BATCHES"]
 
 #: With no explicit block size a space is cut into this many batches.
 DEFAULT_BATCHES = 4
@@ -17,18 +18,96 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?"
+_BYTES = re.compile(rf"\s*([+-]?{_NUMBER}|inf)\s*([A-Za-z]*)\s*")
+_SHARE = re.compile(rf"\s*({_NUMBER})\s*%\s*")
+_HOW = "use e.g. 25e9, '25GB', '4GiB' (or '25%' of the unbatched peak where a share is accepted)"
+
+
+@dataclass(frozen=True)
+class BudgetShare:
+    """A budget given as a share of the unbatched peak (``"25%"`` → ``fraction=0.25``).
+
+    Only the caller knows the unbatched peak: it resolves the share with ``of(peak)``."""
+
+    fraction: float
+    text: str = ""
+
+    def of(self, unbatched_peak: float) -> float:
+        """The budget in bytes for this unbatched peak."""
+        return self.fraction * float(unbatched_peak)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.fraction * 100:g}%"
+
+
+def _positive_bytes(value: float, shown) -> float:
+    if not value > 0:        # also NaN
+        raise PolicyError(f"a budget must be a positive number of bytes, got {shown!r}; {_HOW}")
+    return float(value)
+
+
 def parse_bytes(value: float | int | str | None) -> float:
-    """``"4GiB"``, ``"25GB"``, ``"25e9"``, ``25e9`` → bytes; ``None`` or ``"inf"`` → inf."""
+    """``"4GiB"``, ``"25GB"``, ``"25e9"``, ``25e9`` → bytes; ``None`` or ``"inf"`` → inf.
+
+    Refuses (PolicyError) booleans, malformed text (``"1.2.3"``, ``"."``), zero, negative
+    and NaN budgets, and a share such as ``"25%"`` (see ``parse_budget``)."""
     if value is None:
         return math.inf
-    if isinstance(value, (int, float)):
-        if value != value or value <= 0:
-            raise SequantEvalError(f"a budget must be a positive number of bytes, got {value!r}")
-        return float(value)
-    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?\d+)?|inf)\s*([A-Za-z]*)\s*", str(value))
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise PolicyError(f"a budget is a number of bytes or a text such as '25GB', got "
+                          f"{type(value).__name__} {value!r}; {_HOW}")
+    if isinstance(value, numbers.Real):
+        return _positive_bytes(float(value), value)
+    if _SHARE.fullmatch(value):
+        raise PolicyError(f"budget {value!r} is a share of the unbatched peak, which this "
+                          f"caller cannot know; give bytes ('25GB'), or resolve the share first "
+                          f"with parse_budget({value!r}).of(unbatched_peak)")
+    m = _BYTES.fullmatch(value)
     if not m or m.group(2).lower() not in _UNITS:
-        raise SequantEvalError(f"cannot read {value!r} as bytes; use e.g. 25e9, '25GB', '4GiB'")
-    return parse_bytes(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        raise PolicyError(f"cannot read {value!r} as bytes; {_HOW}")
+    number = float(m.group(1))
+    if math.isinf(number) and m.group(1) != "inf":
+        raise PolicyError(f"budget {value!r} overflows a float; write 'inf' for no budget")
+    return _positive_bytes(number * _UNITS[m.group(2).lower()], value)
+
+
+def parse_budget(value: float | int | str | None) -> float | BudgetShare:
+    """Like ``parse_bytes``, but ``"25%"`` (0 < share) gives a ``BudgetShare`` for the
+    caller to resolve against the unbatched peak."""
+    if isinstance(value, str):
+        m = _SHARE.fullmatch(value)
+        if m:
+            fraction = float(m.group(1)) / 100
+            if not 0 < fraction < math.inf:
+                raise PolicyError(f"a budget share must be above 0%, got {value!r}")
+            return BudgetShare(fraction, value.strip())
+    return parse_bytes(value)
+
+
+def _space_names(value, what: str, noun: str = "space") -> frozenset[str]:
+    """A collection of names; a bare string is refused (it would be read as its characters)."""
+    if isinstance(value, str):
+        raise PolicyError(f"{what} must be a collection of {noun} names, got the string "
+                          f"{value!r}, which would be read as its characters; write "
+                          f"{what}={{{value!r}}} (or a tuple of names)")
+    if isinstance(value, Mapping) or not isinstance(value, Collection):
+        raise PolicyError(f"{what} must be a collection of {noun} names (a set, tuple or "
+                          f"list of str), got {type(value).__name__} {value!r}")
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise PolicyError(f"{what} holds {name!r}, which is not a {noun} name (a non-empty "
+                              f"str)")
+    return frozenset(value)
+
+
+def _block_size(space, size) -> int:
+    ok = (isinstance(size, numbers.Integral) and not isinstance(size, bool)) or (
+        isinstance(size, float) and math.isfinite(size) and size.is_integer())
+    if not ok or size < 1:
+        raise PolicyError(f"block size of space {space!r} must be a positive integer number "
+                          f"of elements, got {size!r}; e.g. block={{{space!r}: 16}}")
+    return int(size)
 
 
 @dataclass(frozen=True)
@@ -54,16 +133,28 @@ class BatchPolicy:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget_bytes", parse_bytes(self.budget))
-        object.__setattr__(self, "contracted", frozenset(self.contracted))
-        object.__setattr__(self, "external", frozenset(self.external))
-        object.__setattr__(self, "volatile", frozenset(self.volatile))
-        object.__setattr__(self, "block", dict(self.block or {}))
-        for space, size in self.block.items():
-            if int(size) != size or size < 1:
-                raise SequantEvalError(f"block size of space {space!r} must be a positive "
-                                       f"integer, got {size!r}")
-        if self.accumulation_factor < 0:
-            raise SequantEvalError("accumulation_factor must be >= 0")
+        object.__setattr__(self, "contracted", _space_names(self.contracted, "contracted"))
+        object.__setattr__(self, "external", _space_names(self.external, "external"))
+        object.__setattr__(self, "volatile", _space_names(self.volatile, "volatile", "tensor"))
+        block = {} if self.block is None else self.block
+        if not isinstance(block, Mapping):
+            raise PolicyError(f"block must map space names to block sizes, e.g. "
+                              f"{{'i': 16}}, got {type(block).__name__} {block!r}")
+        for space in block:
+            if not isinstance(space, str) or not space:
+                raise PolicyError(f"block has the key {space!r}, which is not a space name")
+        object.__setattr__(self, "block", {k: _block_size(k, v) for k, v in block.items()})
+        factor = self.accumulation_factor
+        if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not (
+                0 <= factor < math.inf):
+            raise PolicyError(f"accumulation_factor must be a finite number >= 0, got "
+                              f"{factor!r}")
+        for name, low in (("itemsize", 1), ("max_loops", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise PolicyError(f"{name} must be an integer >= {low}, got {value!r}"
+                                  + (" (bytes per element: 8 for float64, 16 for complex128)"
+                                     if name == "itemsize" else ""))
 
     @property
     def finite(self) -> bool:
@@ -74,6 +165,23 @@ class BatchPolicy:
         """Every space batchable in both roles (the default of ``se.analyze(budget=...)``)."""
         spaces = [s for s in extents if "<" not in s]
         return cls(budget=budget, contracted=spaces, external=spaces, **kw)
+
+    def check(self, extents) -> None:
+        """Refuse spaces the extents do not know (they would be silently ignored).
+
+        ``extents``: a mapping of plain space names to extents, or a ``Regime``. Call it
+        where the policy first meets the extents (``Evaluator``, the CLI)."""
+        known = getattr(extents, "extents", extents)
+        if not isinstance(known, Mapping):
+            return          # extents are validated by their own owner
+        for what, spaces in (("contracted", self.contracted), ("external", self.external),
+                             ("block", self.block)):
+            unknown = sorted(s for s in spaces if s not in known)
+            if unknown:
+                raise PolicyError(
+                    f"{what} names space{'s' if len(unknown) > 1 else ''} "
+                    f"{', '.join(map(repr, unknown))} that the extents do not have (known: "
+                    f"{', '.join(map(str, known)) or 'none'}); fix the name or add its extent")
 
     def block_of(self, space: str, extent: int) -> int:
         size = self.block.get(space)

@@ -1,16 +1,32 @@
 """A PNG of live bytes over the schedule, with the budget line and the binding point."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+from ..errors import UsageError
 from .memory import MemoryReport
 
-__all__ = ["plot_report"]
+__all__ = ["plot_report", "require_matplotlib", "INSTALL_HINT"]
+
+INSTALL_HINT = "pip install 'sequant-eval[plot]'"
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 
 
+def require_matplotlib() -> None:
+    """Refuse (before any work) when matplotlib is not installed, naming the install command."""
+    try:
+        found = importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UsageError(f"a PNG plot needs matplotlib, which is not installed; install it "
+                         f"with {INSTALL_HINT} (or drop --plot)")
+
+
 def plot_report(report: MemoryReport, path: str | Path) -> Path:
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

@@ -2,7 +2,8 @@
 
 The numerical checks evaluate the derived text with a tiny regex/einsum
 evaluator written here (independent of the package parser) and compare with
-two independent references:
+two independent references (the fast checks run on the stored file; the sympy regeneration,
+``derived_text``, is slow and carries ``@pytest.mark.slow``):
 
 * the textbook Stanton-Gauss (JCP 94, 4334 (1991)) spin-orbital CCSD
   equations with the Fock-diagonal terms kept (residual form, real symmetric
@@ -28,7 +29,14 @@ O, V = slice(0, NO), slice(NO, N)
 
 @pytest.fixture(scope="module")
 def derived_text() -> str:
+    """A fresh sympy derivation (slow: only for tests marked slow)."""
     return derive.derive_ccsd_text()
+
+
+@pytest.fixture(scope="module")
+def stored_text() -> str:
+    """The packaged equations, which the slow test keeps equal to a fresh derivation."""
+    return Path(derive.DATA_PATH).read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------
@@ -260,11 +268,13 @@ def brute_force(f, g, t1, t2):
 # --------------------------------------------------------------------------
 # Tests.
 # --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_stored_file_matches_regeneration(derived_text):
     assert derive.DATA_PATH.read_text(encoding="utf-8") == derived_text
 
 
-def test_regenerate_writes_file(derived_text, tmp_path, monkeypatch):
+def test_regenerate_writes_file(stored_text, tmp_path, monkeypatch):
+    derived_text = stored_text
     monkeypatch.setattr(derive, "derive_ccsd_text", lambda: derived_text)
     target = tmp_path / "sub" / "ccsd.txt"
     assert derive.regenerate(target) == derived_text
@@ -273,8 +283,8 @@ def test_regenerate_writes_file(derived_text, tmp_path, monkeypatch):
     assert (tmp_path / "x.txt").read_text(encoding="utf-8") == derived_text
 
 
-def test_structure(derived_text):
-    eqs = parse_equations(derived_text)
+def test_structure(stored_text):
+    eqs = parse_equations(stored_text)
     assert list(eqs) == ["E", "R1{a_1;i_1}", "R2{a_1,a_2;i_1,i_2}"]
     assert [len(t) for t in eqs.values()] == [3, 14, 63]
     names = {name for terms in eqs.values() for _, fs in terms for name, _, _ in fs}
@@ -306,7 +316,8 @@ def test_structure(derived_text):
             keys.add(key)
 
 
-def test_text_format(derived_text):
+def test_text_format(stored_text):
+    derived_text = stored_text
     lines = derived_text.splitlines()
     assert lines[0].startswith("#")
     assert any("sequant-eval regen-equations" in ln for ln in lines if ln.startswith("#"))
@@ -318,9 +329,9 @@ def test_text_format(derived_text):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_against_stanton_gauss(derived_text, seed):
+def test_against_stanton_gauss(stored_text, seed):
     f, g, t1, t2 = random_inputs(seed, hermitian=True)
-    got = evaluate(derived_text, f, g, t1, t2)
+    got = evaluate(stored_text, f, g, t1, t2)
     energy, r1, r2 = stanton_gauss(f, g, t1, t2)
     np.testing.assert_allclose(got["E"], energy, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got["R1"], r1.T, rtol=0, atol=1e-12)
@@ -329,9 +340,9 @@ def test_against_stanton_gauss(derived_text, seed):
 
 
 @pytest.mark.parametrize("hermitian", [True, False])
-def test_against_brute_force_fock_space(derived_text, hermitian):
+def test_against_brute_force_fock_space(stored_text, hermitian):
     f, g, t1, t2 = random_inputs(7, hermitian=hermitian)
-    got = evaluate(derived_text, f, g, t1, t2)
+    got = evaluate(stored_text, f, g, t1, t2)
     energy, r1, r2 = brute_force(f, g, t1, t2)
     np.testing.assert_allclose(got["E"], energy, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got["R1"], r1, rtol=0, atol=1e-12)

@@ -141,3 +141,89 @@ def test_error_message_shows_the_offending_text():
     with pytest.raises(se.ParseError) as info:
         se.parse("R{a_1;i_1} = f{a_1;i_1} $ t{a_1;i_1}")
     assert "'$'" in str(info.value) and "^" in str(info.value)
+
+
+# -- hostile input (issue 11): typed errors, located, quick ---------------------------------
+
+T = "g{i_1;a_1} t{a_1;i_1}"
+HOSTILE = [
+    # (text, line, column, words the message must contain)
+    ("R{a_1;i_1} = f{a_1;i²}", 1, 21, ["SUPERSCRIPT TWO", "ASCII digits"]),
+    ("R{a_1;i_1} = ² f{a_1;i_1}", 1, 14, ["U+00B2"]),
+    ("R{a_1;i_1} = f{a_1;i_1} ٣", 1, 25, ["ARABIC-INDIC DIGIT THREE"]),
+    ("R{a_1;i_1} = f{a_1;i_1} → t{a_1;i_1}", 1, 25, ["RIGHTWARDS ARROW", "only letters"]),
+    (f"E = 1e100000000 {T}", 1, 5, ["exponent", "±400"]),
+    (f"E = 1e99999999999999999999 {T}", 1, 5, ["exponent"]),
+    (f"E = 1e400 {T}", 1, 5, ["overflows float64", "1e+400"]),
+    (f"E = 1e200 1e200 {T}", 1, 5, ["overflows"]),             # each fits, the product not
+    (f"E = 1/1e-400 {T}", 1, 5, ["overflows"]),
+    (f"E = -1e-400 {T}", 1, 6, ["underflows"]),
+    ("E = " + "7" * 5000 + f" {T}", 1, 5, ["at most 1000 digits"]),
+    ("R{a_1;i_" + "1" * 1200 + "} = f{a_1;i_1}", 1, 7, ["index number"]),
+    (f"E = {T}\nE = 2 {T}", 2, 1, ["already defined", "line 1"]),  # duplicate result
+    (f"{T}\nR = 2 {T}", 2, 1, ["result R"]),                   # bare R, then an explicit R
+]
+
+
+@pytest.mark.parametrize("text,line,column,words", HOSTILE)
+def test_hostile_text_is_refused_with_a_located_parse_error(text, line, column, words):
+    with pytest.raises(se.ParseError) as info:
+        se.parse(text)
+    assert (info.value.line, info.value.column) == (line, column), str(info.value)
+    for word in words:
+        assert word in str(info.value)
+    assert len(str(info.value)) < 600            # a long token is elided, not echoed whole
+
+
+@pytest.mark.parametrize("value,hint", [(None, "NoneType"), (b"E = f{i_1;i_1}", "decode"),
+                                        (42, "int"), (["E = x"], "list")])
+def test_parse_refuses_non_text(value, hint):
+    with pytest.raises(se.SequantEvalError) as info:
+        se.parse(value)
+    assert isinstance(info.value, TypeError) and hint in str(info.value)
+
+
+def test_bounded_coefficients_still_parse_exactly_and_round_trip():
+    """Oracle: exact rational arithmetic (Fraction) on the literals as written."""
+    (eq,) = se.parse(f"E = 1e300 * 1e-300 * 3/1e5 {T} + 1e-300/3 {T}")
+    assert [p.coefficient for p in eq.terms] == [Fraction(3, 10**5), Fraction(1, 3 * 10**300)]
+    eqs = se.parse(se.to_text([eq]))
+    assert eqs == [eq]
+
+
+def test_duplicate_results_across_parses_are_refused():
+    from sequant_eval.expr import check_unique_results
+
+    a = se.parse(f"E = {T}")
+    b = se.parse(f"E = 2 {T}")
+    check_unique_results(a + se.parse(f"F = {T}"))              # negative control: distinct
+    with pytest.raises(se.ExpressionError, match=r"result E \(a.txt and b.txt\)"):
+        check_unique_results(a + b, ["a.txt", "b.txt"])
+
+
+def test_random_text_raises_only_typed_errors_and_quickly():
+    """Oracle: the contract that parse either returns equations or raises a SequantEvalError
+    (never AttributeError/ValueError/...), within a second, on arbitrary text built from the
+    grammar's tokens and stray characters."""
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(
+        ["R", "E", "=", "<-", "{", "}", ";", ",", "<", ">", "*", "+", "-", "/", ":", "A-C-S",
+         "#", "\n", " ", "i_1", "a_2", "Κ_3", "μ̃_1", "1", "0", "1/2", "0.5", "1e5", "1e-9",
+         "9e999", "e", ".", "²", "٣", "_", "A", "P", "f", "g{i_1;a_1}", "t{a_1;i_1}", "\t",
+         "\u0303", "x" * 50, "9" * 70])
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(pieces, max_size=40).map("".join))
+    def check(text):
+        start = time.perf_counter()
+        try:
+            se.parse(text)
+        except se.SequantEvalError:
+            pass
+        assert time.perf_counter() - start < 1.0
+
+    check()

@@ -77,10 +77,22 @@ def test_rule_uniqueness(mixed):
 
 
 def test_executor_refuses_an_invalid_table(mixed, monkeypatch):
+    """The executor runs the real validator on the table it builds. The table builder is
+    made to return the corruption of test_rule_life (the first cell's life off by one),
+    which the validator flags; the validator itself is untouched. Negative control: the
+    same analysis compiles with the real builder."""
     import sequant_eval.runtime.compiled as c
 
-    monkeypatch.setattr(c, "validate", lambda *a: ["[life] f0: broken"])
-    with pytest.raises(se.ScheduleError, match="invalid cell table"):
+    Compiled(mixed.analysis)                                  # control: a valid table
+    real = c.build_cell_table
+
+    def corrupted(*args, **kw):
+        t = real(*args, **kw)
+        return replace(t, cells=(replace(t.cells[0], life=t.cells[0].life + 1),) + t.cells[1:])
+
+    monkeypatch.setattr(c, "build_cell_table", corrupted)
+    assert c.validate is validate                             # the validator under test
+    with pytest.raises(se.ScheduleError, match=r"invalid cell table: .*life"):
         Compiled(mixed.analysis)
 
 

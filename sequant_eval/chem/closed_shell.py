@@ -1,0 +1,169 @@
+"""Closed-shell (spatial-orbital) Fock and two-electron integral blocks from a PySCF RHF.
+
+The closed-shell equations (``data/ccsd_cs.txt``, spin-traced from the spin-orbital ones)
+read two tensors over *spatial* orbitals, each block named by one index space per slot
+(``"i"`` active occupied, ``"a"`` virtual):
+
+* ``f[p, q]`` the Fock element ``<p|F|q>``, built from the full RHF density (frozen core
+  orbitals included), in the MO basis;
+* ``g[p, q, r, s] = <pq|rs> = (pr|qs)``, physicist notation, not antisymmetrized;
+* ``L[p, q, r, s] = 2<pq|rs> - <pq|sr>`` for the exchange-folded equations.
+
+Frozen core: ``frozen=N`` drops the ``N`` lowest orbitals from the correlation treatment
+(PySCF's ``cc.CCSD(mf, frozen=N)``); they stay in the Fock operator through the density.
+Blocks are transformed on first request (``ao2mo.general`` per block), stored contiguous
+and read-only, and served again from the cache (one copy per block read).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sequant_eval.errors import ShapeMismatch, UnknownSpace, UnsupportedFeature
+
+from .integrals import SCFNotConverged, _sub_block
+
+__all__ = ["ClosedShellIntegrals", "check_frozen"]
+
+
+def check_frozen(frozen: Any, nocc: int) -> int:
+    """``frozen`` as a number of core orbitals, refused unless ``0 <= frozen < nocc``."""
+    if isinstance(frozen, bool) or not isinstance(frozen, (int, np.integer)):
+        raise UnsupportedFeature(
+            f"frozen={frozen!r}: give the number of lowest orbitals to freeze (an int); "
+            "lists of orbital indices are not supported")
+    if not 0 <= int(frozen) < nocc:
+        raise UnsupportedFeature(
+            f"frozen={frozen} must be between 0 and {nocc - 1}: the molecule has {nocc} "
+            "doubly occupied orbitals and at least one must stay active")
+    return int(frozen)
+
+
+class ClosedShellIntegrals:
+    """Spatial ``f`` and ``<pq|rs>`` blocks of a converged closed-shell RHF reference.
+
+    Attributes
+    ----------
+    nocc, nvir : int
+        Active doubly occupied and virtual spatial orbitals.
+    nfrozen : int
+        Frozen core orbitals (not correlated).
+    e_hf : float
+        Total RHF energy (with nuclear repulsion), Hartree.
+    extents : dict[str, int]
+        ``{"i": nocc, "a": nvir}``.
+    scf : pyscf.scf.hf.RHF
+        The mean-field object.
+    """
+
+    def __init__(self, mf: Any, frozen: int = 0) -> None:
+        mo_coeff = np.asarray(mf.mo_coeff, dtype=np.float64)
+        mo_occ = np.asarray(mf.mo_occ)
+        nocc_all = int(np.count_nonzero(mo_occ > 0))
+        self.nfrozen = check_frozen(frozen, nocc_all)
+        self.scf = mf
+        self.nocc = nocc_all - self.nfrozen
+        self.nvir = mo_coeff.shape[1] - nocc_all
+        self.e_hf = float(mf.e_tot)
+        self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
+        dm = mf.make_rdm1(mo_coeff, mo_occ)
+        fock = mo_coeff.T @ mf.get_fock(dm=dm) @ mo_coeff
+        active = slice(self.nfrozen, mo_coeff.shape[1])
+        self._fock = np.ascontiguousarray(fock[active, active])
+        self._coeff = {"i": mo_coeff[:, self.nfrozen:nocc_all], "a": mo_coeff[:, nocc_all:]}
+        self._slices = {"i": slice(0, self.nocc), "a": slice(self.nocc, self.nocc + self.nvir)}
+        self._eri_source = mf._eri if getattr(mf, "_eri", None) is not None else mf.mol
+        self._g: dict[tuple[str, ...], np.ndarray] = {}
+
+    @classmethod
+    def from_scf(cls, mf: Any, frozen: int = 0) -> "ClosedShellIntegrals":
+        """Wrap a converged closed-shell PySCF RHF (refusing UHF, ROHF, DFT, DF, open shells)."""
+        kind = type(mf).__name__
+        istype = getattr(mf, "istype", None)
+        if istype is None or not istype("RHF") or istype("ROHF") or istype("KohnShamDFT"):
+            raise UnsupportedFeature(
+                f"closed-shell CCSD needs a PySCF RHF object, got {kind}; use "
+                "spin_orbital=True for other references")
+        if getattr(mf, "with_df", None) is not None:
+            raise UnsupportedFeature(f"density-fitted mean field ({kind}) is not supported; "
+                                     "run a conventional RHF")
+        if mf.mol.spin != 0:
+            raise UnsupportedFeature(f"open-shell molecule (spin={mf.mol.spin}): closed-shell "
+                                     "CCSD needs spin=0")
+        if mf.mo_coeff is None or not mf.converged:
+            raise SCFNotConverged(
+                f"the {kind} calculation did not converge (e_tot={mf.e_tot}); converge it "
+                "(tighter conv_tol, more max_cycle) before CCSD")
+        return cls(mf, frozen)
+
+    # ------------------------------------------------------------------ providers
+    def tensors(self) -> dict[str, Any]:
+        """``{"f": fock, "g": eri, "L": exchange}`` block providers for an evaluator."""
+        return {"f": self.fock, "g": self.eri, "L": self.exchange}
+
+    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """Fock block for ``(space_p, space_q)``, read-only, shape ``(n_p, n_q)``; with
+        ``ranges`` (one ``(start, stop)`` per slot) only that sub-block."""
+        sp, sq = self._check("f", spaces, 2)
+        block = np.ascontiguousarray(self._fock[self._slices[sp], self._slices[sq]])
+        block.setflags(write=False)
+        return _sub_block(block, ranges)
+
+    def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """``<pq|rs>`` block for ``(sp, sq, sr, ss)``, read-only, cached; with ``ranges``
+        (one ``(start, stop)`` per slot) only that sub-block."""
+        key = self._check("g", spaces, 4)
+        block = self._g.get(key)
+        if block is None:
+            x, y, z, w = key
+            block = np.ascontiguousarray(self._chem_block(x, z, y, w).transpose(0, 2, 1, 3))
+            block.setflags(write=False)
+            self._g[key] = block
+        return _sub_block(block, ranges)
+
+    def exchange(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """``L[p, q, r, s] = 2<pq|rs> - <pq|sr>`` for ``(sp, sq, sr, ss)``, read by the
+        exchange-folded equations (:func:`sequant_eval.expr.exchange.fold_exchange`)."""
+        key = ("L",) + self._check("L", spaces, 4)
+        block = self._g.get(key)
+        if block is None:
+            x, y, z, w = key[1:]
+            block = 2 * self.eri((x, y, z, w)) - self.eri((x, y, w, z)).transpose(0, 1, 3, 2)
+            block.setflags(write=False)
+            self._g[key] = block
+        return _sub_block(block, ranges)
+
+    def orbital_energies(self) -> tuple[np.ndarray, np.ndarray]:
+        """Diagonals of the occupied and virtual Fock blocks."""
+        return (np.diagonal(self.fock(("i", "i"))).copy(),
+                np.diagonal(self.fock(("a", "a"))).copy())
+
+    def clear_cache(self) -> None:
+        """Drop every cached integral block."""
+        self._g.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
+        key = tuple(spaces) if isinstance(spaces, (tuple, list)) else None
+        if key is None or len(key) != rank:
+            raise ShapeMismatch(f"tensor {tensor!r} has {rank} slots; ask for a tuple of "
+                                f"{rank} space names, got {spaces!r}")
+        for s in key:
+            if s not in self._slices:
+                raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
+                                   "known spaces: i, a")
+        return key
+
+    def _chem_block(self, x: str, y: str, z: str, w: str) -> np.ndarray:
+        """``(XY|ZW)`` over spatial orbitals, transformed for this request only (the
+        physicist blocks built from it are what is cached: one copy of each)."""
+        from pyscf import ao2mo
+
+        cs = [self._coeff[s] for s in (x, y, z, w)]
+        block = np.asarray(ao2mo.general(self._eri_source, cs, compact=False))
+        return block.reshape([c.shape[1] for c in cs])
+
+    def __repr__(self) -> str:
+        return (f"ClosedShellIntegrals(nocc={self.nocc}, nvir={self.nvir}, "
+                f"nfrozen={self.nfrozen}, e_hf={self.e_hf:.10f})")

@@ -1,0 +1,121 @@
+"""Spin-orbital integrals for any PySCF reference: RHF, UHF, ROHF or GHF.
+
+An RHF goes through :class:`~sequant_eval.chem.integrals.SpinOrbitalIntegrals` (spin
+orbitals ``2P + σ``, PySCF's GHF-from-RHF order).  Any other reference is converted to GHF
+(``pyscf.scf.addons.convert_to_ghf``) and served by :class:`GeneralSpinOrbitalIntegrals`:
+``f[p, q]`` and ``g[p, q, r, s] = <pq||rs>`` over its spin orbitals, the order of
+``pyscf.cc.GCCSD`` on the same GHF, so energies and amplitudes compare directly.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sequant_eval.errors import ShapeMismatch, UnknownSpace, UnsupportedFeature
+
+from .integrals import SCFNotConverged, SpinOrbitalIntegrals, _sub_block
+
+__all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
+
+
+def spin_orbital_integrals(mf: Any, frozen: int = 0):
+    """Spin-orbital integral blocks of ``mf``.
+
+    ``frozen`` counts spatial orbitals for an RHF (``2N`` spin orbitals, as closed-shell
+    CCSD), spin orbitals for any other reference (as ``pyscf.cc.GCCSD``).
+    """
+    if not getattr(mf, "converged", False) or getattr(mf, "mo_coeff", None) is None:
+        raise SCFNotConverged(f"the {type(mf).__name__} calculation did not converge; "
+                              "converge it before CCSD")
+    if getattr(mf, "with_df", None) is not None:
+        raise UnsupportedFeature(f"density-fitted mean field ({type(mf).__name__}) is not "
+                                 "supported; run a conventional SCF")
+    istype = getattr(mf, "istype", None)
+    if istype is not None and istype("KohnShamDFT"):
+        raise UnsupportedFeature(f"{type(mf).__name__} is a DFT object; CCSD needs a "
+                                 "Hartree-Fock reference")
+    if istype is not None and istype("RHF") and not istype("ROHF"):
+        return SpinOrbitalIntegrals.from_scf(mf, frozen=frozen)
+    return GeneralSpinOrbitalIntegrals(mf, frozen)
+
+
+class GeneralSpinOrbitalIntegrals:
+    """``f`` and ``<pq||rs>`` blocks over the spin orbitals of a (converted) GHF.
+
+    Attributes: ``nocc``, ``nvir`` (active spin orbitals), ``e_hf``, ``extents``, ``scf``
+    (the converted GHF object).
+    """
+
+    def __init__(self, mf: Any, frozen: int = 0) -> None:
+        from pyscf import scf
+
+        from .closed_shell import check_frozen
+
+        e_tot = float(mf.e_tot)
+        ghf = mf if mf.istype("GHF") else scf.addons.convert_to_ghf(mf)
+        mo = np.asarray(ghf.mo_coeff)
+        if np.iscomplexobj(mo):
+            raise UnsupportedFeature("complex GHF orbitals are not supported")
+        occ = np.asarray(ghf.mo_occ)
+        nocc_all = int(np.count_nonzero(occ > 0))
+        nfrozen = check_frozen(frozen, nocc_all)
+        self.scf, self.nfrozen, self.e_hf = ghf, nfrozen, e_tot
+        self.nocc, self.nvir = nocc_all - nfrozen, mo.shape[1] - nocc_all
+        self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
+        fock = mo.T @ ghf.get_fock(dm=ghf.make_rdm1(mo, occ)) @ mo
+        active = slice(nfrozen, mo.shape[1])
+        self._fock = fock[active, active]
+        self._mo = mo[:, active]
+        self._nao = mo.shape[0] // 2
+        self._slices = {"i": slice(0, self.nocc), "a": slice(self.nocc, self.nocc + self.nvir)}
+        self._g: dict[tuple[str, ...], np.ndarray] = {}
+
+    def tensors(self) -> dict[str, Any]:
+        """``{"f": fock, "g": eri}`` block providers."""
+        return {"f": self.fock, "g": self.eri}
+
+    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """Fock block for ``(space_p, space_q)``, read-only."""
+        sp, sq = self._check("f", spaces, 2)
+        block = np.ascontiguousarray(self._fock[self._slices[sp], self._slices[sq]])
+        block.setflags(write=False)
+        return _sub_block(block, ranges)
+
+    def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """``<pq||rs>`` block for ``(sp, sq, sr, ss)``, read-only, cached."""
+        key = self._check("g", spaces, 4)
+        if key not in self._g:
+            x, y, z, w = key
+            coul = self._chem(x, z, y, w).transpose(0, 2, 1, 3)
+            exch = self._chem(x, w, y, z).transpose(0, 2, 3, 1)
+            block = np.ascontiguousarray(coul - exch)
+            block.setflags(write=False)
+            self._g[key] = block
+        return _sub_block(self._g[key], ranges)
+
+    def _chem(self, *spaces: str) -> np.ndarray:
+        """``(XY|ZW)`` over spin orbitals: the sum over the two spins of each electron."""
+        from pyscf import ao2mo
+
+        n = self._nao
+        cs = [self._mo[:, self._slices[s]] for s in spaces]
+        shape = [c.shape[1] for c in cs]
+        out = np.zeros(shape)
+        for s1 in (slice(0, n), slice(n, 2 * n)):
+            for s2 in (slice(0, n), slice(n, 2 * n)):
+                part = ao2mo.general(self.scf.mol, [cs[0][s1], cs[1][s1], cs[2][s2], cs[3][s2]],
+                                     compact=False)
+                out += np.asarray(part).reshape(shape)
+        return out
+
+    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
+        key = tuple(spaces) if isinstance(spaces, (tuple, list)) else None
+        if key is None or len(key) != rank:
+            raise ShapeMismatch(f"tensor {tensor!r} has {rank} slots; ask for a tuple of "
+                                f"{rank} space names, got {spaces!r}")
+        for s in key:
+            if s not in self._slices:
+                raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
+                                   "known spaces: i, a")
+        return key

@@ -1,0 +1,71 @@
+"""``sequant-eval ccsd`` on a user's molecule: per-iteration lines, JSON, frozen core, and
+one-line refusals. Oracle for the energies: PySCF ``cc.CCSD`` / ``cc.UCCSD`` run here."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("pyscf")
+
+from pyscf import cc, gto, scf  # noqa: E402
+
+from sequant_eval.cli import main  # noqa: E402
+
+WATER = "O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469"
+
+
+def _pyscf_ecorr(atom, basis, frozen=0, spin=0):
+    mol = gto.M(atom=atom, basis=basis, spin=spin, verbose=0)
+    mf = (scf.RHF(mol) if spin == 0 else scf.UHF(mol)).run(conv_tol=1e-11)
+    ref = (cc.CCSD(mf, frozen=frozen) if spin == 0 else cc.UCCSD(mf))
+    ref.conv_tol, ref.conv_tol_normt = 1e-10, 1e-8
+    return ref.kernel()[0]
+
+
+def test_atom_frozen_json(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    assert main(["ccsd", "--atom", WATER, "--basis", "6-31g", "--frozen", "1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    iters = re.findall(r"^iter +(\d+)  E_corr = +(-?\d\.\d+)  dE = .*\|R\| = .* s  peak .*$",
+                       text, re.M)
+    data = json.loads(out.read_text())
+    assert len(iters) == data["iterations"] >= 5
+    assert data["equations"] == "closed-shell" and data["frozen"] == 1 and data["converged"]
+    assert abs(data["e_corr"] - _pyscf_ecorr(WATER, "6-31g", frozen=1)) < 1e-8
+    m = data["memory"]
+    assert m["predicted_peak_bytes"] == m["measured_peak_bytes"] > 0
+    assert "-> equal" in text and "1 frozen" in text
+
+
+def test_xyz_file_and_open_shell(tmp_path, capsys):
+    xyz = tmp_path / "oh.xyz"
+    xyz.write_text("2\nhydroxyl radical\nO 0 0 0\nH 0 0 0.97\n")
+    assert main(["ccsd", "--xyz", str(xyz), "--basis", "sto-3g"]) == 0
+    text = capsys.readouterr().out
+    assert "UHF E =" in text and "spin-orbitals" in text
+    e = float(re.search(r"E\(corr\)\s+= (-?\d\.\d+) Eh", text).group(1))
+    assert abs(e - _pyscf_ecorr("O 0 0 0; H 0 0 0.97", "sto-3g", spin=1)) < 1e-8
+
+
+@pytest.mark.parametrize("argv, culprit", [
+    (["--frozen", "9"], "frozen=9"),
+    (["--atom", "Xx 0 0 0"], "Xx"),
+    (["--atom", WATER, "--basis", "no-such-basis"], "no-such-basis"),
+    (["--xyz", "/nonexistent/file.xyz"], "no such file"),
+    (["--molecule", "water", "--atom", WATER], "one of --molecule"),
+    (["--molecule", "benzene"], "benzene"),
+    (["--json", "/nonexistent/dir/o.json"], "does not exist"),
+    (["--budget", "lots"], "lots"),
+    (["--max-iter", "zero"], "invalid int"),
+])
+def test_mistakes_are_one_line_and_exit_2(argv, culprit, capsys):
+    try:
+        code = main(["ccsd", "--basis", "sto-3g", *argv])
+    except SystemExit as exit_:         # argparse's own refusals exit from inside
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and culprit in err and "Traceback" not in err

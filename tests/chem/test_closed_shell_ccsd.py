@@ -1,0 +1,177 @@
+"""Closed-shell CCSD through ``sequant_eval.chem.CCSD(mf)``, checked against PySCF.
+
+Oracles, all computed in the test: PySCF ``cc.CCSD(mf)`` (production RHF CCSD) for the
+converged energies and amplitudes; PySCF ``rccsd.RCCSD.update_amps`` turned back into
+residuals, ``R = (t_new - t) * D``, at random amplitudes; the unbatched evaluation of the
+same equations for the batched runs; PySCF ``cc.UCCSD`` for the spin-orbital path on UHF.
+Geometries (Angstrom) are below.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pyscf = pytest.importorskip("pyscf")
+
+from pyscf import cc, gto, scf  # noqa: E402
+from pyscf.cc import rccsd  # noqa: E402
+
+import sequant_eval as se  # noqa: E402
+import sequant_eval.chem as sc  # noqa: E402
+from sequant_eval.chem.equations import closed_shell_equations  # noqa: E402
+from sequant_eval.errors import SequantEvalError, UnsupportedFeature  # noqa: E402
+
+WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
+AMMONIA = "N 0 0 0.1173; H 0 0.9377 -0.2737; H 0.8121 -0.4689 -0.2737; H -0.8121 -0.4689 -0.2737"
+TIGHT = {"conv_tol": 1e-11, "conv_tol_normt": 1e-9}
+
+
+def rhf(atom: str, basis: str, **kw):
+    mf = scf.RHF(gto.M(atom=atom, basis=basis, verbose=0, **kw))
+    mf.conv_tol = 1e-12
+    mf.kernel()
+    assert mf.converged
+    return mf
+
+
+def pyscf_ccsd(mf, frozen=0, t1=None, t2=None):
+    ref = cc.CCSD(mf, frozen=frozen)
+    ref.conv_tol, ref.conv_tol_normt = 1e-11, 1e-9
+    ref.kernel(t1, t2)
+    assert ref.converged
+    return ref
+
+
+def _energy_matches_pyscf(atom, basis, frozen):
+    mf = rhf(atom, basis)
+    ours = sc.CCSD(mf, frozen=frozen, **TIGHT).run()
+    assert ours.converged and not ours.spin_orbital
+    # starting PySCF from our amplitudes saves its iterations; it still iterates to its
+    # own fixed point (conv_tol_normt 1e-9), so a wrong solution would be moved away
+    ref = pyscf_ccsd(mf, frozen, ours.t1, ours.t2)
+    assert abs(ours.e_corr - ref.e_corr) < 1e-9
+    assert abs(ours.e_tot - ref.e_tot) < 1e-9
+    assert np.abs(ours.t2 - ref.t2).max() < 1e-6 and np.abs(ours.t1 - ref.t1).max() < 1e-6
+    return ours
+
+
+@pytest.mark.parametrize("atom, basis, frozen", [
+    (WATER, "sto-3g", 0), (WATER, "6-31g", 0), (AMMONIA, "6-31g", 0), (WATER, "6-31g", 1)])
+def test_energy_equals_pyscf_ccsd(atom, basis, frozen):
+    _energy_matches_pyscf(atom, basis, frozen)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", [0, 1])
+def test_energy_equals_pyscf_ccsd_cc_pvdz(frozen):
+    _energy_matches_pyscf(WATER, "cc-pvdz", frozen)
+
+
+@pytest.fixture(scope="module")
+def water_631g():
+    return rhf(WATER, "6-31g")
+
+
+def _random_amplitudes(o, v, seed=5):
+    """Random closed-shell amplitudes in PySCF layout, t2[i,j,a,b] = t2[j,i,b,a]."""
+    rng = np.random.default_rng(seed)
+    t1 = 0.05 * rng.standard_normal((o, v))
+    t2 = 0.05 * rng.standard_normal((o, o, v, v))
+    return t1, t2 + t2.transpose(1, 0, 3, 2)
+
+
+@pytest.mark.parametrize("frozen", [0, 1])
+def test_residuals_equal_pyscf_rccsd_update(water_631g, frozen):
+    mf = water_631g
+    ours = sc.CCSD(mf, frozen=frozen)
+    ref = rccsd.RCCSD(mf, frozen=frozen)
+    eris = ref.ao2mo()
+    o = ours.nocc
+    t1, t2 = _random_amplitudes(o, ours.nvir)
+    n1, n2 = ref.update_amps(t1, t2, eris)
+    eia = eris.mo_energy[:o, None] - eris.mo_energy[None, o:]
+    eijab = eia[:, None, :, None] + eia[None, :, None, :]
+    r1, r2 = (n1 - t1) * eia, (n2 - t2) * eijab
+    e, got1, got2 = ours.residual(t1, t2)
+    assert abs(e - ref.energy(t1, t2, eris)) <= 1e-12 * abs(e)
+    assert np.abs(got1 - r1).max() <= 1e-10 * np.abs(r1).max()
+    assert np.abs(got2 - r2).max() <= 1e-10 * np.abs(r2).max()
+
+
+@pytest.fixture(scope="module")
+def water_dz():
+    return rhf(WATER, "cc-pvdz")
+
+
+def test_batched_equals_unbatched(water_dz):
+    """Oracle: the unbatched evaluation of the same closed-shell equations (cc-pVDZ: on
+    6-31G a quarter of the peak is below the smallest feasible budget)."""
+    ints = sc.CCSD(water_dz).integrals
+    o, v = ints.nocc, ints.nvir
+    t1, t2 = _random_amplitudes(o, v, seed=9)
+    tensors = dict(ints.tensors(), t1={("a", "i"): t1.T.copy()},
+                   t2={("a", "a", "i", "i"): t2.transpose(2, 3, 0, 1).copy()})
+    eqs = closed_shell_equations()
+    top = se.analyze(eqs, ints.extents).peak_bytes
+    ref = se.evaluate(eqs, tensors, ints.extents)
+    for share in (0.5, 0.25):
+        ev = se.Evaluator(eqs, ints.extents, budget=top * share)
+        out, meter = ev.evaluate(tensors, return_meter=True)
+        assert ev.analyze().loops, "a budget below the unbatched peak must open loops"
+        assert meter.peak_bytes <= top * share
+        for name, want in ref.items():
+            scale = max(np.abs(want).max(), 1e-300)
+            assert np.abs(np.asarray(out[name]) - want).max() <= 1e-12 * scale, name
+
+
+def test_batched_run_converges_to_the_unbatched_energy(water_dz):
+    free = sc.CCSD(water_dz, frozen=1, **TIGHT).run()
+    half = sc.CCSD(water_dz, frozen=1, budget="50%", **TIGHT).run()
+    assert abs(half.e_corr - free.e_corr) < 1e-10
+    assert half.meter.peak_bytes == half.report.peak_bytes <= 0.5 * free.report.peak_bytes
+    assert "budget" in half.summary() and "-> equal" in half.summary()
+
+
+def test_spin_orbital_path_gives_the_same_energy():
+    mf = rhf(WATER, "sto-3g")
+    cs = sc.CCSD(mf, frozen=1, **TIGHT).run()
+    so = sc.CCSD(mf, frozen=1, spin_orbital=True, **TIGHT).run()
+    assert so.spin_orbital and so.t1.shape == (2 * cs.nocc, 2 * cs.nvir)
+    assert abs(cs.e_corr - so.e_corr) < 1e-10
+
+
+def test_uhf_reference_takes_the_spin_orbital_path():
+    """Oracle: PySCF UCCSD on the OH radical, STO-3G (O 0 0 0; H 0 0 0.97)."""
+    mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", spin=1, basis="sto-3g", verbose=0))
+    mf.conv_tol = 1e-12
+    mf.kernel()
+    ours = sc.CCSD(mf, **TIGHT).run()
+    ref = cc.UCCSD(mf)
+    ref.conv_tol, ref.conv_tol_normt = 1e-11, 1e-9
+    ref.kernel()
+    assert ours.spin_orbital and ours.converged
+    assert abs(ours.e_corr - ref.e_corr) < 1e-9
+    with pytest.raises(UnsupportedFeature, match="spin_orbital=True"):
+        sc.CCSD(mf, spin_orbital=False)
+
+
+def test_result_attributes_and_memory_report(water_631g):
+    lines = []
+    mycc = sc.CCSD(water_631g, callback=lambda rec, s, peak: lines.append((rec, s, peak)))
+    with pytest.raises(SequantEvalError, match="run"):
+        mycc.e_tot
+    assert mycc.run() is mycc
+    assert mycc.t1.shape == (5, 8) and mycc.t2.shape == (5, 5, 8, 8)
+    assert mycc.e_tot == water_631g.e_tot + mycc.e_corr
+    assert len(lines) == mycc.iterations and all(p == mycc.report.peak_bytes for *_, p in lines)
+    assert mycc.meter.peak_bytes == mycc.report.peak_bytes > 0
+    d = mycc.to_dict()
+    assert d["equations"] == "closed-shell" and len(d["history"]) == mycc.iterations
+    assert "closed shell" in mycc.summary() and "-> equal" in mycc.summary()
+
+
+@pytest.mark.parametrize("frozen, message", [(5, "between 0 and 4"), ([0], "an int"),
+                                             (-1, "between 0 and 4")])
+def test_bad_frozen_is_refused(water_631g, frozen, message):
+    with pytest.raises(UnsupportedFeature, match=message):
+        sc.CCSD(water_631g, frozen=frozen)
