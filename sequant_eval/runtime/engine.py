@@ -71,11 +71,19 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             for i in g.nodes[n].inputs:
                 o = _owner(g, alias.get(i, i))
                 counts[o] = counts.get(o, 0) + 1
-        g.memo[rkey] = counts
-    reads = g.memo[rkey].copy()
+        per_node: dict[int, int] = {}
+        for n in order:
+            for i in g.nodes[n].inputs:
+                per_node[alias.get(i, i)] = per_node.get(alias.get(i, i), 0) + 1
+        g.memo[rkey] = (counts, per_node)
+    counts, per_node = g.memo[rkey]
+    # remaining reads of what is partly read (bookkeeping stays as small as the live set)
+    reads: dict[int, int] = {}
+    node_reads: dict[int, int] = {}        # a node whose reads are done leaves ``out``
+    final = {alias.get(r, r) for r in roots}
     keep = {_owner(g, alias.get(r, r)) for r in roots}
     out: dict[int, object] = {}
-    versions: dict[int, list[int]] = {}    # owner → every node holding its buffer
+    versions: dict[int, set[int]] = {}     # owner → the nodes in ``out`` holding its buffer
     size: dict[int, int] = {}
     dev_live: dict[str, int] = {}
     dev_peak: dict[str, int] = {}
@@ -139,7 +147,7 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         else:                                  # branches are never executed
             continue
         out[n] = res
-        versions.setdefault(_owner(g, n), []).append(n)
+        versions.setdefault(_owner(g, n), set()).add(n)
         flops += float(node.params[-1]) if op in _COUNTED and len(node.params) > 1 else 0.0
         if form_of is not None and n in form_of:
             builds[form_of[n]] = builds.get(form_of[n], 0) + 1
@@ -153,13 +161,22 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         if live + transient > peak:
             peak, step, snapshot = live + transient, k, tuple(sorted(size))
         for i in node.inputs:
-            o = _owner(g, alias.get(i, i))
-            reads[o] -= 1
-            if reads[o] == 0 and o not in keep and o in size:
+            a = alias.get(i, i)
+            left = node_reads.pop(a, per_node[a]) - 1
+            if left:
+                node_reads[a] = left
+            elif a not in final:                 # an old version: forget it
+                out.pop(a, None)
+                versions.get(_owner(g, a), set()).discard(a)
+            o = _owner(g, a)
+            left = reads.pop(o, counts[o]) - 1
+            if left:
+                reads[o] = left
+            elif o not in keep and o in size:
                 live -= size[o]
                 dev = g.device.get(o, Device.CPU).value
                 dev_live[dev] = dev_live.get(dev, 0) - size.pop(o)
-                for v in versions.pop(o, ()):       # views and in-place versions too
+                for v in versions.pop(o, set()):    # views and in-place versions too
                     out.pop(v, None)
     pool = max((getattr(b, "pool_bytes", lambda: 0)() for b in backends.values()), default=0)
     name = "+".join(sorted({b.name for b in backends.values()}))
