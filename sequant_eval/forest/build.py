@@ -10,6 +10,8 @@ right's), which is also the layout a GEMM produces without a final transpose.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -248,5 +250,37 @@ def build_forest(equations: Sequence[Equation], extents) -> Forest:
                           result))
     used = {e.value for v in interner.values if v.kind is ValueKind.SUM for e in v.entries}
     trees = {v: t for v, t in trees.items() if v in used}   # terms that cancelled are gone
-    return Forest(tuple(interner.values), tuple(roots), interner.binary_contractions,
+    values = _entries_in_walk_order(interner.values, roots)
+    return Forest(tuple(values), tuple(roots), interner.binary_contractions,
                   interner.leaf_users, trees)
+
+
+def _entries_in_walk_order(values: list[Value], roots: list[Root]) -> list[Value]:
+    """Each sum's entries in the order a demand-driven walk completes their values.
+
+    A term result that is also an intermediate of an earlier entry's term (equations from
+    other generators share such values far apart in the text) is then added as soon as it
+    exists instead of being kept alive until its own entry comes up; entries reading one
+    value stay adjacent. The order is a function of the forest alone."""
+    done: dict[int, int] = {}
+
+    def walk(root: int) -> None:
+        stack = [(root, False)]
+        while stack:
+            v, expanded = stack.pop()
+            if v in done:
+                continue
+            if expanded:
+                done[v] = len(done)
+                continue
+            stack.append((v, True))
+            stack.extend((c, False) for c in reversed(values[v].children))
+
+    for r in roots:
+        walk(r.value)
+    out = list(values)
+    for v in values:
+        if v.kind is ValueKind.SUM and v.id in done:
+            ordered = sorted(v.entries, key=lambda e: done.get(e.value, len(done)))
+            out[v.id] = replace(v, entries=tuple(ordered))
+    return out

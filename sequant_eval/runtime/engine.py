@@ -65,23 +65,35 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
             if n in arms and n != arms[0]:
                 alias[arms[0]] = n
     rkey = ("reads", tuple(roots), tuple(sorted(alias.items())))
-    if rkey not in g.memo:        # read counts per buffer owner, made once per route
+    if rkey not in g.memo:        # owners and read counts, made once per route
+        owner: dict[int, int] = {}
+        for n in order:           # inputs come first in the order: one pass, no chain walks
+            node = g.nodes[n]
+            if node.op in VIEWS or node.op in INPLACE:
+                src = node.inputs[0]
+                owner[n] = owner[src] if src in owner else _owner(g, src)
+            else:
+                owner[n] = n
         counts: dict[int, int] = {}
         for n in order:
             for i in g.nodes[n].inputs:
-                o = _owner(g, alias.get(i, i))
+                o = owner.get(alias.get(i, i)) or _owner(g, alias.get(i, i))
                 counts[o] = counts.get(o, 0) + 1
         per_node: dict[int, int] = {}
         for n in order:
             for i in g.nodes[n].inputs:
                 per_node[alias.get(i, i)] = per_node.get(alias.get(i, i), 0) + 1
-        g.memo[rkey] = (counts, per_node)
-    counts, per_node = g.memo[rkey]
+        g.memo[rkey] = (counts, per_node, owner)
+    counts, per_node, owner_of = g.memo[rkey]
     # remaining reads of what is partly read (bookkeeping stays as small as the live set)
     reads: dict[int, int] = {}
     node_reads: dict[int, int] = {}        # a node whose reads are done leaves ``out``
     final = {alias.get(r, r) for r in roots}
-    keep = {_owner(g, alias.get(r, r)) for r in roots}
+    def _own(n: int) -> int:
+        o = owner_of.get(n)
+        return _owner(g, n) if o is None else o
+
+    keep = {_own(alias.get(r, r)) for r in roots}
     out: dict[int, object] = {}
     versions: dict[int, set[int]] = {}     # owner → the nodes in ``out`` holding its buffer
     size: dict[int, int] = {}
@@ -147,7 +159,7 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
         else:                                  # branches are never executed
             continue
         out[n] = res
-        versions.setdefault(_owner(g, n), set()).add(n)
+        versions.setdefault(_own(n), set()).add(n)
         flops += float(node.params[-1]) if op in _COUNTED and len(node.params) > 1 else 0.0
         if form_of is not None and n in form_of:
             builds[form_of[n]] = builds.get(form_of[n], 0) + 1
@@ -167,8 +179,8 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
                 node_reads[a] = left
             elif a not in final:                 # an old version: forget it
                 out.pop(a, None)
-                versions.get(_owner(g, a), set()).discard(a)
-            o = _owner(g, a)
+                versions.get(_own(a), set()).discard(a)
+            o = _own(a)
             left = reads.pop(o, counts[o]) - 1
             if left:
                 reads[o] = left

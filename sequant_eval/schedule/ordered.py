@@ -7,7 +7,9 @@ are BuildSteps in their block; a form assembled from a block's batches is that b
 output (AccumulateSum for a contracted loop, AccumulateScatter for an external one), so a
 value escaping several loops forms a chain: built in the deepest block, forwarded above.
 Inside each block, steps and child blocks are ordered by a topological sort of what they
-produce and need, ties broken by static point (first use).
+produce and need, laid out from the end: each item as late as its readers allow, the
+latest static point first among the candidates (so nothing finished waits through
+unrelated work, however the equations were written).
 """
 from __future__ import annotations
 
@@ -192,17 +194,24 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     for k, ds in enumerate(deps):
         for d in ds:
             users[d].add(k)
-    waiting = [len(ds) for ds in deps]
-    ready = [(ranks[k], k) for k in range(len(items)) if not waiting[k]]
+    # placed from the end: an item goes as late as its readers allow (latest rank first
+    # among those whose readers are all placed), so a finished value is not held while
+    # unrelated work runs before its reader
+    left = [len(users[k]) for k in range(len(items))]
+    ready = [(-ranks[k], -k) for k in range(len(items)) if not left[k]]
     heapq.heapify(ready)
-    order = []
+    backwards = []
     while ready:
         _, k = heapq.heappop(ready)
-        order.append(items[k])
-        for u in sorted(users[k]):
-            waiting[u] -= 1
-            if not waiting[u]:
-                heapq.heappush(ready, (ranks[u], u))
+        k = -k
+        backwards.append(k)
+        for d in sorted(deps[k]):
+            left[d] -= 1
+            if not left[d]:
+                heapq.heappush(ready, (-ranks[d], -d))
+    order = [items[k] for k in reversed(backwards)]
+    placed = set(backwards)
+    waiting = [0 if k in placed else 1 for k in range(len(items))]
     if len(order) != len(items):
         stuck = [k for k in range(len(items)) if waiting[k]]
         raise ScheduleError(f"dependency cycle among the steps of block {n.path}: "
