@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from .api import Evaluator, Report, analyze, evaluate, min_budget
 from .plan import BatchPolicy, Loop, LoopKind
-from .errors import (ExpressionError, InfeasibleBudget, MissingTensor, ParseError,
-                     ScheduleError, SequantEvalError, ShapeMismatch, UnknownSpace,
-                     UnsupportedFeature)
+from .errors import (ExpressionError, InfeasibleBudget, InputTypeError, MissingTensor,
+                     ParseError, PolicyError, ScheduleError, SequantEvalError, ShapeMismatch,
+                     StaleInput, UnknownSpace, UnsupportedFeature, UsageError)
 from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
 
 __version__ = "0.1.0"
@@ -22,4 +22,5 @@ __all__ = [
     "Equation", "Index", "Operator", "Product", "Tensor",
     "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",
     "UnknownSpace", "InfeasibleBudget", "ScheduleError", "UnsupportedFeature",
+    "InputTypeError", "PolicyError", "UsageError", "StaleInput",
 ]

@@ -5,8 +5,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import PolicyError, SequantEvalError
-from .expr import Equation, check_extents, parse
+from .errors import InputTypeError, PolicyError, SequantEvalError
+from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .plan.policy import BudgetShare, parse_budget
@@ -24,10 +24,15 @@ def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, .
         return tuple(parse(eqs))
     if isinstance(eqs, Equation):
         return (eqs,)
+    if not isinstance(eqs, Sequence) and not hasattr(eqs, "__iter__"):
+        raise InputTypeError(f"equations must be text, an Equation or a sequence of them, got "
+                             f"{type(eqs).__name__}")
     out = tuple(eqs)
     for e in out:
         if not isinstance(e, Equation):
-            raise SequantEvalError(f"expected Equation objects (from se.parse), got {type(e)}")
+            raise InputTypeError(f"expected Equation objects (from se.parse), got "
+                                 f"{type(e).__name__}")
+    check_unique_results(out)
     return out
 
 
@@ -97,8 +102,10 @@ class Evaluator:
     def __init__(self, eqs: str | Equation | Sequence[Equation],
                  extents: Mapping[str, int] | Regime, budget=None,
                  policy: BatchPolicy | None = None, persist: bool = False,
-                 progress=None, gpu_budget: float = float("inf")) -> None:
+                 progress=None, gpu_budget: float = float("inf"),
+                 volatile: Sequence[str] | None = None) -> None:
         self.progress = progress
+        self.last_meter = None          # the Meter of the latest evaluation
         self.gpu_budget = gpu_budget
         self.equations = _as_equations(eqs)
         if isinstance(extents, Regime):
@@ -111,12 +118,22 @@ class Evaluator:
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())))
         budget = parse_budget(budget) if budget is not None else None
-        if isinstance(budget, BudgetShare):           # "25%" of the unbatched peak
-            budget = budget.of(Evaluator(self.equations, self.regime).analyze().peak_bytes)
+        self._share = budget if isinstance(budget, BudgetShare) else None
+        if self._share is not None:       # "25%" of the unbatched peak (at 8-byte elements
+            budget = self._share.of(self._unbatched_peak(8))   # until the inputs say more)
         self.policy = resolve_policy(budget, policy, self.extents)
+        if volatile is not None:
+            self.policy = replace(self.policy or BatchPolicy(), volatile=volatile)
         if self.policy is not None:
             self.policy.check(self.regime)
+        if persist and not (self.policy and self.policy.volatile):
+            raise PolicyError("persist=True keeps what does not depend on the tensors that "
+                              "change between evaluations: name them, e.g. "
+                              "volatile=('t1', 't2')")
         self._batched = None
+        self._programs: dict[int, object] = {}     # element size → fitted program
+        self._itemsize = (self.policy or BatchPolicy()).itemsize
+        self._fingerprints: dict[str, tuple] | None = None
         self._unbatched_flops: int | None = None
 
     @property
@@ -126,11 +143,20 @@ class Evaluator:
         if self._batched is None:
             from .runtime.compiled import Compiled
 
-            policy = self.policy or BatchPolicy()
-            self._batched = Compiled(
-                fit_forest(self.forest, self.regime, policy, self.progress),
-                policy.volatile, self.persist)
+            policy = replace(self.policy or BatchPolicy(), itemsize=self._itemsize)
+            if self._share is not None:
+                policy = replace(policy, budget=self._share.of(
+                    self._unbatched_peak(self._itemsize)))
+            if self._itemsize not in self._programs:
+                self._programs[self._itemsize] = Compiled(
+                    fit_forest(self.forest, self.regime, policy, self.progress),
+                    policy.volatile, self.persist)
+            self._batched = self._programs[self._itemsize]
         return self._batched
+
+    def _unbatched_peak(self, itemsize: int) -> int:
+        """The unbatched peak at ``itemsize``-byte elements (what a share is a share of)."""
+        return fit_forest(self.forest, self.regime, BatchPolicy(itemsize=itemsize)).peak_bytes
 
     def plan(self) -> BatchPlan:
         policy = self.policy or BatchPolicy()
@@ -141,10 +167,26 @@ class Evaluator:
                  return_meter: bool = False):
         """``{equation: array}``; batched through the fitted schedule when a policy (or a
         finite budget) is in force, else the unbatched walk."""
-        program = self.batched
         source = TensorSource(self.forest, tensors, self.extents)
+        itemsize = source.dtype().itemsize
+        if itemsize != self._itemsize:      # planned for the inputs' element size
+            self._itemsize, self._batched = itemsize, None
+        program = self.batched
+        if self.persist:
+            self._check_kept(program, tensors)
         results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
+        self.last_meter = meter
         return (results, meter) if return_meter else results
+
+    def _check_kept(self, program, tensors: Mapping[str, object]) -> None:
+        """Kept intermediates are dropped (rebuilt) when a non-volatile input changed:
+        another object, another shape, or other values at a strided sample of elements."""
+        volatile = self.policy.volatile
+        prints = {name: _fingerprint(t) for name, t in sorted(tensors.items())
+                  if name not in volatile}
+        if self._fingerprints is not None and prints != self._fingerprints:
+            program.store.clear()
+        self._fingerprints = prints
 
     def analyze(self) -> Report:
         """The planned dry run (the element size is the policy's)."""
@@ -161,6 +203,19 @@ class Evaluator:
                       self.forest, schedule=a)
 
 
+def _fingerprint(given) -> tuple:
+    """Identity, shape and a strided sample of the values (cheap: at most 4096 elements)."""
+    import numpy as np
+
+    if isinstance(given, Mapping):
+        return tuple((k, _fingerprint(v)) for k, v in sorted(given.items(), key=repr))
+    shape = tuple(getattr(given, "shape", ()))
+    if not shape or not hasattr(given, "__getitem__"):
+        return (id(given), shape)
+    flat = np.asarray(given[tuple(slice(None, None, max(1, n // 16)) for n in shape)])
+    return (id(given), shape, flat.ravel()[:4096].tobytes())
+
+
 @lru_cache(maxsize=16)
 def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
             moments: tuple = ()) -> Forest:
@@ -170,13 +225,13 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
-             gpu_budget: float = float("inf"), progress=None):
+             gpu_budget: float = float("inf"), progress=None, return_meter: bool = False):
     """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order).
 
     With a budget (or a policy) the evaluation runs batched so that its peak memory stays
     within the budget; an infeasible budget raises InfeasibleBudget before any work."""
     return Evaluator(eqs, extents, budget, policy, progress=progress,
-                     gpu_budget=gpu_budget).evaluate(tensors, backend)
+                     gpu_budget=gpu_budget).evaluate(tensors, backend, return_meter)
 
 
 def analyze(eqs, extents: Mapping[str, int], budget=None,

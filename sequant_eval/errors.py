@@ -18,6 +18,7 @@ __all__ = [
     "InputTypeError",
     "PolicyError",
     "UsageError",
+    "StaleInput",
 ]
 
 
@@ -96,3 +97,7 @@ class UsageError(SequantEvalError):
     """A command-line or environment mistake: a missing or unreadable file, an output folder
     that does not exist, a missing optional dependency, a development command run outside a
     source checkout."""
+
+
+class StaleInput(SequantEvalError):
+    """A persisted evaluation's kept intermediates no longer match its inputs."""

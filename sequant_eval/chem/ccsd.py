@@ -88,7 +88,8 @@ def run_ccsd(molecule: str = "water", basis: str = "cc-pvdz", backend: str = "nu
     if isinstance(budget, str) and budget.strip().endswith("%"):
         top = Evaluator(ccsd_equations(), ints.extents).analyze().peak_bytes
         budget = top * float(budget.strip()[:-1]) / 100
-    ev = Evaluator(ccsd_equations(), ints.extents, budget=budget, persist=budget is not None)
+    ev = Evaluator(ccsd_equations(), ints.extents, budget=budget, persist=budget is not None,
+                   volatile=("t1", "t2"))
     meters: list[Meter] = []
     residual = residual_function(ints, ev, backend, meters)
     start = time.perf_counter()

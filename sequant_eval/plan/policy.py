@@ -117,7 +117,8 @@ class BatchPolicy:
     ``contracted`` / ``external``: space names that may be batched where summed at a node /
     where open on a term's result. ``block``: elements per batch per space (the last batch
     may be shorter); a space without an entry is cut into ``DEFAULT_BATCHES`` batches.
-    ``volatile``: tensors that change between evaluations (CC amplitudes).
+    ``volatile``: tensors that change between evaluations (CC amplitudes); none by default
+    (the caller names them: ``Evaluator(..., persist=True, volatile=...)``).
     ``accumulation_factor`` scales the in-flight partial beside an accumulator.
     """
 
@@ -125,7 +126,7 @@ class BatchPolicy:
     contracted: Collection[str] = ()
     external: Collection[str] = ()
     block: Mapping[str, int] | None = None
-    volatile: Collection[str] = ("t", "t1", "t2")
+    volatile: Collection[str] = ()
     accumulation_factor: float = 1.0
     itemsize: int = 8
     max_loops: int = 3

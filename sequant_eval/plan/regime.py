@@ -76,7 +76,19 @@ class Regime:
 
 def load_regime(path: str | Path) -> Regime:
     """A regime from JSON: ``{"extents": {...}, "power_means": {"2": [M0..M4], "1": [...]}}``."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    means = {int(k): tuple(float(x) for x in v) for k, v in data.get("power_means", {}).items()}
-    return Regime({k: int(v) for k, v in data["extents"].items()}, means,
-                  data.get("name", Path(path).stem))
+    from ..errors import UsageError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"cannot read regime file {str(path)!r}: {err}; it must be JSON such "
+                         f"as data/water20/regime.json") from err
+    try:
+        means = {int(k): tuple(float(x) for x in v)
+                 for k, v in data.get("power_means", {}).items()}
+        extents = {str(k): int(v) for k, v in data["extents"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UsageError(f"regime file {str(path)!r} needs an object with \"extents\" (space "
+                         f"-> integer) and optional \"power_means\" (proto count -> [M0..M4]); "
+                         f"{type(err).__name__}: {err}") from err
+    return Regime(extents, means, data.get("name", Path(path).stem))

@@ -50,6 +50,7 @@ class NumpyBackend:
 
     def __init__(self) -> None:
         self.plans: dict[tuple, ContractPlan] = {}
+        self.dtype = np.dtype(np.float64)      # of destinations: the evaluation's dtype
 
     def asarray(self, x):
         return np.ascontiguousarray(x)
@@ -60,7 +61,7 @@ class NumpyBackend:
         return np.ascontiguousarray(block[_slices(index, block.ndim)])
 
     def zeros(self, shape):
-        return np.zeros(shape)
+        return np.zeros(shape, self.dtype)
 
     def contract(self, values, vid: int, a, b, out_shape, layout=None):
         """``values[vid]`` of ``a`` and ``b``; ``layout`` (a permutation of the value's modes)
@@ -158,6 +159,7 @@ class ArrayApiBackend:
     def __init__(self, xp, name: str = "array_api") -> None:
         self.xp = xp
         self.name = name
+        self.dtype = np.dtype(np.float64)
 
     def asarray(self, x):
         return self.xp.asarray(x)
@@ -169,7 +171,7 @@ class ArrayApiBackend:
         return self.xp.asarray(part, copy=True)
 
     def zeros(self, shape):
-        return self.xp.zeros(tuple(shape), dtype=self.xp.float64)
+        return self.xp.zeros(tuple(shape), dtype=getattr(self.xp, self.dtype.name))
 
     def contract(self, values, vid: int, a, b, out_shape, layout=None):
         xp = self.xp
@@ -232,7 +234,7 @@ class ArrayApiBackend:
         return self.xp.asarray(x)
 
     def nbytes(self, x) -> int:
-        return prod(x.shape) * 8
+        return prod(x.shape) * self.dtype.itemsize
 
 
 class CupyBackend(ArrayApiBackend):

@@ -147,6 +147,12 @@ class Compiled:
             source = _Shapes(self.analysis.shapes)
         elif hasattr(source, "check_batched"):
             source.check_batched(self.batched_leaves)
+        dtype = source.dtype() if hasattr(source, "dtype") else None
+        for be in backends.values():
+            if dtype is not None and hasattr(be, "dtype"):
+                be.dtype = dtype
+            if be.symbolic:
+                be.itemsize = self.analysis.plan.policy.itemsize
         picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
         out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
                                picker, low.form_of)

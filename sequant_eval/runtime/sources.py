@@ -214,6 +214,26 @@ class TensorSource:
 
         return read
 
+    def dtype(self) -> np.dtype:
+        """The evaluation's element type: the NumPy result type of every array given (at
+        least float32; integers promote to float64). Providers are not asked in advance:
+        with providers only it is float64. Object, string and boolean arrays are refused."""
+        kinds = []
+        for name, given in sorted(self.tensors.items()):
+            arrays = list(given.values()) if isinstance(given, Mapping) else (
+                [given] if _is_arraylike(given) else [])
+            for a in arrays:
+                dt = np.dtype(getattr(a, "dtype", np.float64))
+                if dt.kind not in "iufc":
+                    raise InputTypeError(
+                        f"tensor {name!r} has elements of type {dt} ({dt.kind!r}); give "
+                        f"floating-point or complex arrays (integers are read as float64)")
+                kinds.append(dt)
+        if not kinds:
+            return np.dtype(np.float64)
+        out = np.result_type(*kinds, np.float32)
+        return np.dtype(np.float64) if out.kind in "iu" else out
+
     def check_batched(self, vids: Sequence[int]) -> None:
         """Refuse, before any work, a provider taking only spaces for a block read in batches."""
         for vid in sorted(vids):

@@ -107,7 +107,8 @@ def test_batched_ccsd_converges_to_the_same_energy(water_dz, fraction):
     cached (a stale one would be a wrong residual) and none is skipped."""
     ints, ref, top = water_dz
     budget = _smallest(ints, top) if fraction == "smallest" else top * fraction
-    ev = se.Evaluator(ccsd_equations(), ints.extents, budget=budget, persist=True)
+    ev = se.Evaluator(ccsd_equations(), ints.extents, budget=budget, persist=True,
+                      volatile=("t1", "t2"))
     meters: list = []
     res = solve_cc(residual_function(ints, ev, meters=meters), mp2_guess(ints),
                    denominators(ints), conv_energy=1e-11, conv_residual=1e-9)

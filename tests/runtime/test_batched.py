@@ -120,7 +120,7 @@ def test_persistent_intermediates_are_built_once():
     Oracle: the unbatched evaluation at each amplitude set."""
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((3, 50)), rng.standard_normal((50, 3))
-    ev = se.Evaluator(DF, DF_EXT, persist=True)
+    ev = se.Evaluator(DF, DF_EXT, persist=True, volatile=("t",))
     prog = ev.batched
     (w,) = [c.form for c in prog.table.cells if c.persistent]
     for it in range(3):

@@ -1,0 +1,117 @@
+"""Inputs that used to be silently wrong or raise untyped errors (issue 11 items 2, 3, 6).
+
+Oracles: ``np.einsum`` written in the test, the unbatched evaluation, and the dry-run
+meter (which must equal the NumPy meter to the byte for every dtype).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sequant_eval as se
+
+TEXT = """R{a_1,a_2;i_1,i_2} = 1/2 g{a_1,a_2;a_3,a_4} * t{a_3,a_4;i_1,i_2}
+  + f{a_1;a_3} * t{a_3,a_2;i_1,i_2} - 1/4 g{i_3,i_4;a_3,a_4} * t{a_3,a_4;i_1,i_2} * t{a_1,a_2;i_3,i_4}
+E = 1/4 g{i_1,i_2;a_1,a_2} * t{a_1,a_2;i_1,i_2}"""
+EXT = {"i": 4, "a": 7}
+
+
+def _tensors(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    n = 11
+
+    def draw(*shape):
+        x = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(shape)
+        return x.astype(dtype)
+
+    return {"f": draw(n, n), "g": draw(n, n, n, n), "t": {("a", "a", "i", "i"): draw(7, 7, 4, 4)}}
+
+
+def _einsum(t):
+    f, g, a = t["f"], t["g"], t["t"][("a", "a", "i", "i")]
+    o, v = slice(0, 4), slice(4, 11)
+    r = (0.5 * np.einsum("abcd,cdij->abij", g[v, v, v, v], a)
+         + np.einsum("ac,cbij->abij", f[v, v], a)
+         - 0.25 * np.einsum("klcd,cdij,abkl->abij", g[o, o, v, v], a, a))
+    e = 0.25 * np.einsum("ijab,abij->", g[o, o, v, v], a)
+    return r, e
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+def test_dtypes_batched_equal_unbatched_equal_einsum(dtype):
+    t = _tensors(dtype)
+    r, e = _einsum(t)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    whole = se.evaluate(TEXT, t, EXT)
+    top = se.analyze(TEXT, EXT).peak_bytes
+    ev = se.Evaluator(TEXT, EXT, budget="50%")
+    part, meter = ev.evaluate(t, return_meter=True)
+    for out in (whole, part):
+        assert out["R"].dtype == np.result_type(dtype, np.float32)
+        assert np.abs(out["R"] - r).max() <= tol * np.abs(r).max()
+        assert abs(out["E"] - e) <= tol * abs(e)
+    assert np.abs(part["R"] - whole["R"]).max() <= tol * np.abs(whole["R"]).max()
+    _, dry = ev.batched.run("dryrun")
+    assert meter.peak_bytes == dry.peak_bytes == ev.analyze().peak_bytes
+    share = np.dtype(dtype).itemsize / 8          # the unbatched peak scales with it
+    assert ev.analyze().peak_bytes <= 0.5 * top * share
+
+
+def test_float32_is_planned_with_four_byte_elements():
+    t = _tensors(np.float32)
+    ev = se.Evaluator(TEXT, EXT)
+    _, meter = ev.evaluate(t, return_meter=True)
+    assert ev.batched.analysis.plan.policy.itemsize == 4
+    assert meter.peak_bytes == ev.analyze().peak_bytes
+
+
+@pytest.mark.parametrize("bad", [np.full((11, 11), "x"), np.zeros((11, 11), dtype=bool),
+                                 np.zeros((11, 11), dtype=object)])
+def test_non_numeric_arrays_are_refused(bad):
+    t = _tensors(np.float64)
+    with pytest.raises(se.InputTypeError, match="'f'"):
+        se.evaluate(TEXT, dict(t, f=bad), EXT)
+
+
+def test_tensors_given_as_a_list_are_refused():
+    with pytest.raises(se.InputTypeError, match="mapping"):
+        se.evaluate(TEXT, [1, 2], EXT)
+
+
+def test_duplicate_result_names_are_refused():
+    eqs = se.parse("X{i_1;i_2} = f{i_1;i_2}") + se.parse("X{i_1;i_2} = g{i_1;i_2}")
+    with pytest.raises(se.ExpressionError, match="X"):
+        se.Evaluator(eqs, {"i": 3})
+
+
+def test_persist_needs_the_volatile_tensors_named():
+    with pytest.raises(se.PolicyError, match="volatile"):
+        se.Evaluator(TEXT, EXT, persist=True)
+
+
+def test_a_changed_non_volatile_input_is_never_served_stale():
+    """Persisted intermediates of g·g are rebuilt when g is replaced by 3·g (in place)."""
+    text = "R{i_1;i_2} = g{i_1;i_3} * g{i_3;i_4} * t{i_4;i_2}"
+    rng = np.random.default_rng(3)
+    g, t = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
+    ev = se.Evaluator(text, {"i": 5}, persist=True, volatile=("t",))
+    first = ev.evaluate({"g": g, "t": t})["R"]
+    np.testing.assert_allclose(first, g @ g @ t, rtol=1e-12)
+    g *= 3.0                                   # same object, new values
+    again = ev.evaluate({"g": g, "t": t})["R"]
+    np.testing.assert_allclose(again, g @ g @ t, rtol=1e-12)
+    other = 2.0 * g                             # another object
+    np.testing.assert_allclose(ev.evaluate({"g": other, "t": t})["R"], other @ other @ t,
+                               rtol=1e-12)
+
+
+def test_the_meter_is_reachable_without_changing_the_return_type():
+    t = _tensors(np.float64)
+    ev = se.Evaluator(TEXT, EXT)
+    out = ev.evaluate(t)
+    assert set(out) == {"R", "E"}
+    assert ev.last_meter.peak_bytes == ev.analyze().peak_bytes
+    out, meter = se.evaluate(TEXT, t, EXT, return_meter=True)
+    assert meter.peak_bytes > 0
