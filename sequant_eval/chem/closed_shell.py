@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from sequant_eval.errors import ShapeMismatch, UnknownSpace, UnsupportedFeature
+from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, _sub_block
+from .integrals import SCFNotConverged, _sub_block, _transform_rows
 
 __all__ = ["ClosedShellIntegrals", "check_frozen"]
 
@@ -154,6 +154,33 @@ class ClosedShellIntegrals:
                 raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
                                    "known spaces: i, a")
         return key
+
+    #: :meth:`block_rows` works on any row range.
+    ROW_STEP = 1
+
+    def block_rows(self, tensor: str, spaces: tuple[str, ...], start: int,
+                   stop: int) -> np.ndarray:
+        """Rows ``start:stop`` (first axis) of block ``spaces`` of ``g`` or ``L``, computed
+        afresh from ``ao2mo.general`` on those orbitals only (nothing cached, no whole block
+        formed); used to write blocks to disk in slabs."""
+        if tensor not in ("g", "L"):
+            raise MissingTensor(f"ClosedShellIntegrals writes rows of tensors 'g' and 'L', "
+                                f"not {tensor!r}")
+        x, y, z, w = self._check(tensor, spaces, 4)
+        n0 = self._slices[x].stop - self._slices[x].start
+        if not 0 <= start < stop <= n0:
+            raise ShapeMismatch(f"rows {start}:{stop} of block {spaces} of {tensor!r}: the "
+                                f"first axis has {n0} rows")
+        coeffs = lambda *sp: [self._coeff[t] for t in sp]
+        coul = _transform_rows(self._eri_source, coeffs(x, z, y, w), start, stop)
+        out = np.ascontiguousarray(coul.transpose(0, 2, 1, 3))          # <pq|rs> = (pr|qs)
+        if tensor == "L":                                 # 2<pq|rs> - <pq|sr>, <pq|sr> = (ps|qr)
+            exch = out.transpose(0, 1, 3, 2) if z == w else _transform_rows(
+                self._eri_source, coeffs(x, w, y, z), start, stop).transpose(0, 2, 3, 1)
+            exch = np.array(exch)                   # before `out` is overwritten below
+            out *= 2
+            out -= exch
+        return out
 
     def _chem_block(self, x: str, y: str, z: str, w: str) -> np.ndarray:
         """``(XY|ZW)`` over spatial orbitals, transformed for this request only (the

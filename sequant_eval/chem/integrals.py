@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sequant_eval.errors import SequantEvalError, ShapeMismatch, UnknownSpace, UnsupportedFeature
+from sequant_eval.errors import (MissingTensor, SequantEvalError, ShapeMismatch, UnknownSpace,
+                                 UnsupportedFeature)
 
 __all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider"]
 
@@ -41,6 +42,31 @@ def _sub_block(block: np.ndarray, ranges) -> np.ndarray:
     if ranges is None:
         return block
     return block[tuple(slice(lo, hi) for lo, hi in ranges)]
+
+
+def _spin_blocked(coul: np.ndarray, exch: np.ndarray) -> np.ndarray:
+    """Spin-orbital ``<pq||rs>`` (index ``2P + sigma``) from spatial ``<PQ|RS>`` and
+    ``<PQ|SR>`` arrays of one shape."""
+    n = coul.shape
+    out = np.zeros((n[0], 2, n[1], 2, n[2], 2, n[3], 2))
+    for s in (0, 1):
+        for t in (0, 1):
+            out[:, s, :, t, :, s, :, t] += coul
+            out[:, s, :, t, :, t, :, s] -= exch
+    return out.reshape(2 * n[0], 2 * n[1], 2 * n[2], 2 * n[3])
+
+
+def _transform_rows(eri_source: Any, coeffs: list[np.ndarray], p0: int, p1: int,
+                    max_memory_mb: float = 256) -> np.ndarray:
+    """``(XY|ZW)`` over MO coefficient sets ``coeffs`` with only columns ``p0:p1`` of the
+    first one: ``ao2mo.general`` on that slice (AO integrals in memory when the SCF kept
+    them, else computed on the fly within ``max_memory_mb``)."""
+    from pyscf import ao2mo
+
+    cs = [coeffs[0][:, p0:p1]] + list(coeffs[1:])
+    extra = {} if isinstance(eri_source, np.ndarray) else {"max_memory": max_memory_mb}
+    block = ao2mo.general(eri_source, cs, compact=False, **extra)
+    return np.asarray(block).reshape([c.shape[1] for c in cs])
 
 
 class SCFNotConverged(SequantEvalError):
@@ -243,13 +269,43 @@ class SpinOrbitalIntegrals:
         """``<pq||rs>`` over spin orbitals for the spaces ``(x, y, z, w)``."""
         coul = self._chem(x, z, y, w).transpose(0, 2, 1, 3)  # <PQ|RS> = (PR|QS)
         exch = self._chem(x, w, y, z).transpose(0, 2, 3, 1)  # <PQ|SR> = (PS|QR)
-        n = coul.shape
-        out = np.zeros((n[0], 2, n[1], 2, n[2], 2, n[3], 2))
-        for s in (0, 1):
-            for t in (0, 1):
-                out[:, s, :, t, :, s, :, t] += coul
-                out[:, s, :, t, :, t, :, s] -= exch
-        return out.reshape(2 * n[0], 2 * n[1], 2 * n[2], 2 * n[3])
+        return _spin_blocked(coul, exch)
+
+    # ------------------------------------------------------------------ rows, uncached
+    #: :meth:`block_rows` is cheapest for row ranges on this grid (one spatial orbital).
+    ROW_STEP = 2
+
+    def block_rows(self, tensor: str, spaces: tuple[str, ...], start: int,
+                   stop: int) -> np.ndarray:
+        """Rows ``start:stop`` (first axis) of block ``spaces`` of ``g``, computed afresh.
+
+        Nothing is cached and no whole block is formed: the spatial integrals of just the
+        spatial orbitals under those rows are transformed (``ao2mo.general`` on a slice of
+        the MO coefficients), spin-blocked and returned, shape
+        ``(stop - start, n_q, n_r, n_s)``. Used to write blocks to disk in slabs.
+        """
+        if tensor != "g":
+            raise MissingTensor(f"SpinOrbitalIntegrals writes rows of tensor 'g' only, "
+                                f"not {tensor!r}")
+        x, y, z, w = self._check("g", spaces, 4)
+        n0 = 2 * (self._slices[x].stop - self._slices[x].start)
+        if not 0 <= start < stop <= n0:
+            raise ShapeMismatch(f"rows {start}:{stop} of block {spaces} of 'g': the first "
+                                f"axis has {n0} rows")
+        p0, p1 = start // 2, (stop + 1) // 2
+        coul = self._chem_rows((x, z, y, w), p0, p1).transpose(0, 2, 1, 3)
+        if z == w:                                           # (PS|QR) = <PQ|SR> = coul^T
+            exch = coul.transpose(0, 1, 3, 2)
+        else:
+            exch = self._chem_rows((x, w, y, z), p0, p1).transpose(0, 2, 3, 1)
+        out = _spin_blocked(coul, exch)
+        lo = start - 2 * p0
+        return out[lo:lo + stop - start]
+
+    def _chem_rows(self, spaces: tuple[str, ...], p0: int, p1: int) -> np.ndarray:
+        """Spatial ``(XY|ZW)`` restricted to orbitals ``p0:p1`` of X; never cached."""
+        return _transform_rows(self._eri_source,
+                               [self._mo_coeff[:, self._slices[t]] for t in spaces], p0, p1)
 
     def __repr__(self) -> str:
         return (

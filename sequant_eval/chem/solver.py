@@ -16,7 +16,9 @@ second), with denominators ``D1[a, i] = f_ii - f_aa`` and
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -28,8 +30,12 @@ __all__ = [
     "CCResult",
     "solve_cc",
     "denominators",
+    "orbital_denominators",
     "mp2_guess",
     "DIIS",
+    "HDF5DIIS",
+    "OrbitalDenominators",
+    "pulay_coefficients",
 ]
 
 Amplitudes = dict[str, np.ndarray]
@@ -111,23 +117,7 @@ class DIIS:
         self._overlap = overlap
 
     def coefficients(self) -> np.ndarray:
-        n = len(self._errors)
-        b = self._overlap
-        scale = float(np.max(np.abs(np.diag(b)))) or 1.0
-        lhs = np.zeros((n + 1, n + 1))
-        lhs[:n, :n] = b / scale
-        lhs[:n, n] = lhs[n, :n] = -1.0
-        rhs = np.zeros(n + 1)
-        rhs[n] = -1.0
-        sol, *_ = np.linalg.lstsq(lhs, rhs, rcond=1e-14)
-        c = sol[:n]
-        total = float(np.sum(c))
-        if not np.all(np.isfinite(c)) or abs(total) < 1e-12:
-            c = np.zeros(n)
-            c[-1] = 1.0  # degenerate subspace: fall back to the newest vector
-        else:
-            c = c / total
-        return c
+        return pulay_coefficients(self._overlap)
 
     def extrapolate(self) -> np.ndarray:
         c = self.coefficients()
@@ -136,18 +126,155 @@ class DIIS:
             out += ck * vk
         return out
 
+    def push_blocks(self, vector: Mapping[str, np.ndarray],
+                    error: Mapping[str, np.ndarray]) -> None:
+        """:meth:`push` of blocks (flattened in their order)."""
+        self.push(_flat(vector), _flat(error))
 
-def _check_inputs(t_init: Mapping[str, np.ndarray], denoms: Mapping[str, np.ndarray]) -> None:
-    if set(t_init) != set(denoms):
-        missing = sorted(set(t_init) ^ set(denoms))
+    def extrapolate_into(self, blocks: Mapping[str, np.ndarray]) -> None:
+        """:meth:`extrapolate`, written into ``blocks`` (flattened in their order)."""
+        flat, off = self.extrapolate(), 0
+        for b in blocks.values():
+            b.reshape(-1)[...] = flat[off:off + b.size]
+            off += b.size
+
+
+def _flat(blocks: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.ravel(b) for b in blocks.values()]) if blocks else np.zeros(0)
+
+
+def pulay_coefficients(overlap: np.ndarray) -> np.ndarray:
+    """DIIS coefficients from the error overlap matrix ``B``: minimise ``c^T B c`` subject to
+    ``sum c = 1`` (the newest vector alone when the subspace is degenerate)."""
+    n = overlap.shape[0]
+    b = overlap
+    scale = float(np.max(np.abs(np.diag(b)))) or 1.0
+    lhs = np.zeros((n + 1, n + 1))
+    lhs[:n, :n] = b / scale
+    lhs[:n, n] = lhs[n, :n] = -1.0
+    rhs = np.zeros(n + 1)
+    rhs[n] = -1.0
+    sol, *_ = np.linalg.lstsq(lhs, rhs, rcond=1e-14)
+    c = sol[:n]
+    total = float(np.sum(c))
+    if not np.all(np.isfinite(c)) or abs(total) < 1e-12:
+        c = np.zeros(n)
+        c[-1] = 1.0  # degenerate subspace: fall back to the newest vector
+    else:
+        c = c / total
+    return c
+
+
+class HDF5DIIS:
+    """:class:`DIIS` with its vectors in an HDF5 file: memory holds two chunks, not
+    ``2 * space`` amplitude vectors.
+
+    ``push_blocks(vector, error)`` writes both to the file (the oldest slot is reused
+    beyond ``space``) and adds the overlap row, reading the stored errors one chunk of
+    ``chunk_elements`` at a time; ``extrapolate_into(blocks)`` writes
+    ``sum_k c_k vector_k`` into ``blocks`` chunk by chunk (the same sums, in the same
+    order, as :class:`DIIS`). ``close()`` closes and removes the file.
+    """
+
+    def __init__(self, path: str | os.PathLike, space: int,
+                 chunk_elements: int = 1 << 17) -> None:
+        import h5py
+
+        self.space = int(space)
+        self.path = Path(path)
+        self.chunk = int(chunk_elements)
+        self._file = h5py.File(self.path, "w")
+        self._slots: list[int] = []                 # file rows, oldest first
+        self._overlap = np.zeros((0, 0))
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes held while pushing or extrapolating: two chunks."""
+        return 2 * 8 * self.chunk
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def _datasets(self, n: int):
+        if "vectors" not in self._file:
+            for name in ("vectors", "errors"):
+                self._file.create_dataset(name, shape=(self.space, n), dtype=np.float64)
+        return self._file["vectors"], self._file["errors"]
+
+    def _chunks(self, blocks: Mapping[str, np.ndarray]):
+        """``(flat view of a block, its chunk, global offset)`` in order."""
+        off = 0
+        for b in blocks.values():
+            flat = b.reshape(-1)
+            for lo in range(0, flat.size, self.chunk):
+                hi = min(flat.size, lo + self.chunk)
+                yield flat[lo:hi], off + lo, off + hi
+            off += flat.size
+
+    def push_blocks(self, vector: Mapping[str, np.ndarray],
+                    error: Mapping[str, np.ndarray]) -> None:
+        n = sum(b.size for b in vector.values())
+        vecs, errs = self._datasets(n)
+        if len(self._slots) == self.space:
+            slot = self._slots.pop(0)
+            self._overlap = self._overlap[1:, 1:]
+        else:
+            slot = len(self._slots)
+        for part, lo, hi in self._chunks(vector):
+            vecs[slot, lo:hi] = part
+        row = np.zeros(len(self._slots) + 1)
+        for part, lo, hi in self._chunks(error):
+            errs[slot, lo:hi] = part
+            for k, other in enumerate(self._slots):
+                row[k] += float(np.dot(errs[other, lo:hi], part))
+            row[-1] += float(np.dot(part, part))
+        self._slots.append(slot)
+        m = len(self._slots)
+        overlap = np.empty((m, m))
+        overlap[: m - 1, : m - 1] = self._overlap
+        overlap[m - 1, :] = row
+        overlap[:, m - 1] = row
+        self._overlap = overlap
+
+    def coefficients(self) -> np.ndarray:
+        return pulay_coefficients(self._overlap)
+
+    def extrapolate_into(self, blocks: Mapping[str, np.ndarray]) -> None:
+        c = self.coefficients()
+        vecs = self._file["vectors"]
+        for part, lo, hi in self._chunks(blocks):
+            acc = np.zeros(hi - lo)
+            for ck, slot in zip(c, self._slots):
+                buf = vecs[slot, lo:hi]
+                buf *= ck
+                acc += buf
+            part[...] = acc
+
+    def close(self) -> None:
+        """Close the file and remove it (the vectors are scratch)."""
+        if self._file.id.valid:
+            self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _shape(denoms: Any, key: str) -> tuple[int, ...]:
+    if isinstance(denoms, OrbitalDenominators):
+        return denoms.shapes.get(key, ())
+    return np.shape(denoms[key])
+
+
+def _check_inputs(t_init: Mapping[str, np.ndarray], denoms: Any) -> None:
+    keys = set(denoms.shapes) if isinstance(denoms, OrbitalDenominators) else set(denoms)
+    if set(t_init) != keys:
+        missing = sorted(set(t_init) ^ keys)
         raise MissingTensor(
-            f"amplitudes {sorted(t_init)} and denominators {sorted(denoms)} disagree on {missing}"
+            f"amplitudes {sorted(t_init)} and denominators {sorted(keys)} disagree on {missing}"
         )
     for key, t in t_init.items():
-        if np.shape(t) != np.shape(denoms[key]):
+        if np.shape(t) != _shape(denoms, key):
             raise ShapeMismatch(
                 f"amplitude {key!r} has shape {np.shape(t)} but its denominator has "
-                f"shape {np.shape(denoms[key])}"
+                f"shape {_shape(denoms, key)}"
             )
 
 
@@ -161,10 +288,18 @@ def _check_residual(r: Mapping[str, np.ndarray], t: Mapping[str, np.ndarray]) ->
             )
 
 
+def _own(x: Any) -> np.ndarray:
+    """``x`` itself when it is a writable float64 C-contiguous array, else a copy."""
+    if (isinstance(x, np.ndarray) and x.dtype == np.float64 and x.flags.writeable
+            and x.flags.c_contiguous):
+        return x
+    return np.array(x, dtype=np.float64, order="C")
+
+
 def solve_cc(
     residual: Residual,
     t_init: Mapping[str, np.ndarray],
-    denominators: Mapping[str, np.ndarray],
+    denominators: "Mapping[str, np.ndarray] | OrbitalDenominators",
     *,
     conv_energy: float = 1e-10,
     conv_residual: float = 1e-8,
@@ -172,6 +307,8 @@ def solve_cc(
     diis_space: int = 8,
     diis_start: int = 2,
     callback: Callable[[IterationRecord, Amplitudes], Any] | None = None,
+    diis: "DIIS | HDF5DIIS | None" = None,
+    in_place: bool = False,
 ) -> CCResult:
     """Solve ``R(t) = 0`` by Jacobi steps ``t += R / D`` accelerated by DIIS.
 
@@ -183,7 +320,8 @@ def solve_cc(
     t_init
         Starting amplitudes (copied), e.g. :func:`mp2_guess`.
     denominators
-        Same keys and shapes as ``t_init``; e.g. :func:`denominators`.
+        Same keys and shapes as ``t_init``; e.g. :func:`denominators`, or an
+        :class:`OrbitalDenominators` (applied slab by slab, never formed whole).
     conv_energy, conv_residual
         Converged when ``|E_k - E_{k-1}| < conv_energy`` and ``|R(t_k)| < conv_residual``
         (Frobenius norm over all blocks).  Needs at least two residual evaluations.
@@ -195,6 +333,13 @@ def solve_cc(
         First iteration (1-based) whose step is extrapolated.
     callback
         Called as ``callback(record, t)`` after each residual evaluation.
+    diis
+        The DIIS store (default: an in-memory :class:`DIIS` of ``diis_space`` vectors);
+        an :class:`HDF5DIIS` keeps its vectors on disk.
+    in_place
+        Lean memory: the residual arrays returned become the steps and ``t`` is updated
+        in place (so the arrays handed to ``residual`` and ``callback`` change between
+        iterations). The solver then holds one set of amplitudes besides the residual.
 
     Returns
     -------
@@ -206,21 +351,16 @@ def solve_cc(
     _check_inputs(t_init, denominators)
     keys = list(t_init)
     t: Amplitudes = {k: np.array(t_init[k], dtype=np.float64, copy=True) for k in keys}
-    denoms = {k: np.asarray(denominators[k], dtype=np.float64) for k in keys}
-    shapes = [t[k].shape for k in keys]
-    sizes = [t[k].size for k in keys]
-    offsets = np.cumsum([0] + sizes)
+    if isinstance(denominators, OrbitalDenominators):
+        divide = denominators.divide
+    else:
+        denoms = {k: np.asarray(denominators[k], dtype=np.float64) for k in keys}
 
-    def flatten(blocks: Mapping[str, np.ndarray]) -> np.ndarray:
-        return np.concatenate([np.ravel(blocks[k]) for k in keys]) if keys else np.zeros(0)
+        def divide(key: str, x: np.ndarray) -> None:
+            x /= denoms[key]
 
-    def unflatten(vec: np.ndarray) -> Amplitudes:
-        return {
-            k: vec[offsets[n] : offsets[n + 1]].reshape(shapes[n]).copy()
-            for n, k in enumerate(keys)
-        }
-
-    diis = DIIS(diis_space) if diis_space >= 2 else None
+    if diis is None and diis_space >= 2:
+        diis = DIIS(diis_space)
     history: list[IterationRecord] = []
     e_prev: float | None = None
     e_corr = float("nan")
@@ -231,14 +371,8 @@ def solve_cc(
         _check_residual(r, t)
         rnorm = math.sqrt(sum(float(np.vdot(r[k], r[k]).real) for k in keys))
         delta_e = math.inf if e_prev is None else e_corr - e_prev
-        step = {k: np.asarray(r[k], dtype=np.float64) / denoms[k] for k in keys}
-        new_vec = flatten(t) + flatten(step)
-        used = 0
-        if diis is not None:
-            diis.push(new_vec, flatten(step))
-            if iteration >= diis_start and len(diis) >= 2:
-                new_vec = diis.extrapolate()
-                used = len(diis)
+        size = 0 if diis is None else min(len(diis) + 1, diis.space)
+        used = size if iteration >= diis_start and size >= 2 else 0
         record = IterationRecord(iteration, e_corr, delta_e, rnorm, used)
         history.append(record)
         if callback is not None:
@@ -249,9 +383,50 @@ def solve_cc(
             converged = True
             break
         e_prev = e_corr
-        if iteration < max_iter:
-            t = unflatten(new_vec)
+        if iteration == max_iter:
+            break
+        # the step R / D, the Jacobi update t + step, then DIIS over the updates
+        step = {k: _own(r[k]) if in_place else np.array(r[k], dtype=np.float64) for k in keys}
+        del r
+        for k in keys:
+            divide(k, step[k])
+        new = t if in_place else {k: t[k].copy() for k in keys}
+        for k in keys:
+            new[k] += step[k]
+        if diis is not None:
+            diis.push_blocks(new, step)
+            del step
+            if used:
+                diis.extrapolate_into(new)
+        t = new
     return CCResult(e_corr, t, len(history), converged, tuple(history))
+
+
+class OrbitalDenominators:
+    """``D1[a, i] = e_i - e_a`` and ``D2[a, b, i, j] = e_i + e_j - e_a - e_b`` from the
+    orbital energies, applied in place slab by slab (``divide``): ``D2`` is never formed
+    whole. ``shapes`` maps ``"t1"``, ``"t2"`` to the amplitude shapes; ``[key]`` forms the
+    whole array (for callers that want one)."""
+
+    def __init__(self, e_occ: np.ndarray, e_vir: np.ndarray) -> None:
+        self.d1 = np.ascontiguousarray(np.asarray(e_occ)[None, :] - np.asarray(e_vir)[:, None])
+        nv, no = self.d1.shape
+        self.shapes = {"t1": (nv, no), "t2": (nv, nv, no, no)}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        d1 = self.d1
+        if key == "t1":
+            return d1.copy()
+        return np.ascontiguousarray(d1[:, None, :, None] + d1[None, :, None, :])
+
+    def divide(self, key: str, x: np.ndarray) -> None:
+        """``x /= D`` in place (the same quotients as dividing by the whole array)."""
+        d1 = self.d1
+        if key == "t1":
+            x /= d1
+            return
+        for a in range(x.shape[0]):
+            x[a] /= d1[a][None, :, None] + d1[:, None, :]
 
 
 def _diagonal(ints: Any, space: str) -> np.ndarray:
@@ -273,12 +448,19 @@ def denominators(ints: Any) -> Amplitudes:
     return {"t1": np.ascontiguousarray(d1), "t2": np.ascontiguousarray(d2)}
 
 
+def orbital_denominators(ints: Any) -> OrbitalDenominators:
+    """:func:`denominators`, applied slab by slab instead of formed whole."""
+    return OrbitalDenominators(_diagonal(ints, "i"), _diagonal(ints, "a"))
+
+
 def mp2_guess(ints: Any) -> Amplitudes:
     """First-order amplitudes: ``t1 = 0`` (``(nvir, nocc)``) and ``t2 = <ab||ij> / D2``.
 
     ``ints`` needs ``fock(spaces)`` and ``eri(spaces)`` providers.  With these amplitudes
     the CCSD energy expression gives the MP2 correlation energy (canonical orbitals).
+    Memory: the ``t2`` array and one slab of ``D2``.
     """
-    d = denominators(ints)
-    t2 = np.array(ints.eri(("a", "a", "i", "i")), dtype=np.float64) / d["t2"]
-    return {"t1": np.zeros_like(d["t1"]), "t2": np.ascontiguousarray(t2)}
+    d = orbital_denominators(ints)
+    t2 = np.array(ints.eri(("a", "a", "i", "i")), dtype=np.float64, order="C")
+    d.divide("t2", t2)
+    return {"t1": np.zeros(d.shapes["t1"]), "t2": t2}

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sequant_eval.errors import ShapeMismatch, UnknownSpace, UnsupportedFeature
+from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
 from .integrals import SCFNotConverged, SpinOrbitalIntegrals, _sub_block
 
@@ -94,12 +94,36 @@ class GeneralSpinOrbitalIntegrals:
             self._g[key] = block
         return _sub_block(self._g[key], ranges)
 
-    def _chem(self, *spaces: str) -> np.ndarray:
-        """``(XY|ZW)`` over spin orbitals: the sum over the two spins of each electron."""
+    #: :meth:`block_rows` works on any row range.
+    ROW_STEP = 1
+
+    def block_rows(self, tensor: str, spaces: tuple[str, ...], start: int,
+                   stop: int) -> np.ndarray:
+        """Rows ``start:stop`` (first axis) of block ``spaces`` of ``g``, computed afresh
+        (nothing cached, no whole block formed); used to write blocks to disk in slabs."""
+        if tensor != "g":
+            raise MissingTensor(f"GeneralSpinOrbitalIntegrals writes rows of tensor 'g' only, "
+                                f"not {tensor!r}")
+        x, y, z, w = self._check("g", spaces, 4)
+        n0 = self._slices[x].stop - self._slices[x].start
+        if not 0 <= start < stop <= n0:
+            raise ShapeMismatch(f"rows {start}:{stop} of block {spaces} of 'g': the first "
+                                f"axis has {n0} rows")
+        rows = slice(start, stop)
+        out = np.ascontiguousarray(self._chem(x, z, y, w, rows=rows).transpose(0, 2, 1, 3))
+        exch = out.transpose(0, 1, 3, 2) if z == w else \
+            self._chem(x, w, y, z, rows=rows).transpose(0, 2, 3, 1)
+        out -= np.array(exch)
+        return out
+
+    def _chem(self, *spaces: str, rows: slice = slice(None)) -> np.ndarray:
+        """``(XY|ZW)`` over spin orbitals: the sum over the two spins of each electron;
+        ``rows`` restricts the orbitals of X."""
         from pyscf import ao2mo
 
         n = self._nao
         cs = [self._mo[:, self._slices[s]] for s in spaces]
+        cs[0] = cs[0][:, rows]
         shape = [c.shape[1] for c in cs]
         out = np.zeros(shape)
         for s1 in (slice(0, n), slice(n, 2 * n)):

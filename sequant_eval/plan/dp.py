@@ -85,6 +85,10 @@ class TermDP:
         accs = tuple(0 if j and opens[j - 1].kind is opens[j].kind is LoopKind.EXTERNAL
                      else self.sizer.bytes(labels, self.sliced(n, chain[: len(ctx) + j]))
                      for j in range(len(opens)))
+        if opens and n == self.tree.root and not ctx:
+            # a term result assembled at top level is added into its equation's sum batch by
+            # batch (schedule/peak.py, folded_into): no destination of its own
+            accs = (0,) + accs[1:]
         if opens and self.policy.accumulation_factor != 1.0:
             part = int(part * self.policy.accumulation_factor)
         a, b = (kids[0], kids[1]) if first == 0 else (kids[1], kids[0])

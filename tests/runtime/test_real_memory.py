@@ -72,7 +72,7 @@ def _traced(ev, tensors):
 
 
 @pytest.mark.parametrize("kind", ["full arrays", "block mappings", "h5py datasets"])
-@pytest.mark.parametrize("share", [1.0, 0.5, 0.25, "smallest"])
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.25, 0.1, "smallest"])
 def test_traced_peak_is_within_the_prediction(sources, reference, kind, share):
     top = se.analyze(ccsd_equations(), EXT).peak_bytes
     budget = se.min_budget(ccsd_equations(), EXT) if share == "smallest" else share * top
