@@ -175,8 +175,15 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
         atom = args.atom if args.atom is not None else molecules.read_xyz(args.xyz)
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
+    if args.integrals_on_disk is not None and not Path(args.integrals_on_disk).is_dir():
+        raise UsageError(f"--integrals-on-disk {args.integrals_on_disk}: no such folder; "
+                         "create it first")
     mol = molecules.molecule_from_atoms(atom, args.basis, args.charge)
     mf = molecules.mean_field(mol)
+    from .chem.process_memory import RSSWatch
+    if args.integrals_on_disk is not None:
+        import h5py  # noqa: F401  (imported before the baseline: it is not the run's memory)
+    rss = RSSWatch.start()              # baseline: imports and SCF done
     print(f"{type(mf).__name__} E = {mf.e_tot:.10f} Eh ({mol.natm} atoms, {mol.nao} basis "
           f"functions, {mol.nelectron} electrons)")
 
@@ -188,11 +195,15 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
 
     mycc = CCSD(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
                 spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
-                conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line)
+                conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line,
+                integrals_on_disk=args.integrals_on_disk)
     mycc.run()
     print(mycc.summary())
+    growth = rss.growth()
+    if growth is not None:
+        print(f"  peak RSS growth since SCF  {format_bytes(growth)} ({growth} B)")
     if args.json:
-        data = dict(mycc.to_dict(), atom=atom, charge=args.charge)
+        data = dict(mycc.to_dict(), atom=atom, charge=args.charge, peak_rss_growth_bytes=growth)
         Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 0 if mycc.converged else 1
 
@@ -331,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "
                         "peak (25%%)")
+    p.add_argument("--integrals-on-disk", metavar="DIR", default=None,
+                   help="write the integral blocks once to an HDF5 file in DIR and read them "
+                        "per batch; the budget then bounds the whole iteration")
     p.add_argument("--json", help="write energies, iterations and memory as JSON here")
     p.set_defaults(func=_cmd_ccsd)
     p = sub.add_parser("analyze", help="dry run: peak memory and flops of equation files")

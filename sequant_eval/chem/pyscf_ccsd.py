@@ -15,24 +15,36 @@ layouts (``t1[i, a]``, ``t2[i, j, a, b]``), closed-shell ``t2`` being the αβ a
 in ``pyscf.cc.CCSD``, spin-orbital ones as in ``pyscf.cc.GCCSD``.  Every residual is one
 evaluation of one compiled program, under ``budget`` when given; ``report`` is the dry
 run's prediction and ``meter`` what the last NumPy run accounted.
+
+Out of core (``integrals_on_disk=DIR``): the integral blocks the equations read are
+written once to an HDF5 file in ``DIR`` (in slabs, :mod:`sequant_eval.chem.on_disk`) and
+read per batch; nothing of them is cached in memory. The solver then runs lean (steps and
+updates in place, DIIS vectors in an HDF5 file beside the integrals, denominators applied
+slab by slab), and the budget bounds the whole iteration: the amplitudes the solver holds
+while a residual is evaluated (``held_bytes``: ``t1``, ``t2``, and ``u2`` for the closed
+shell) and the DIIS chunk buffers are charged first, the evaluator is planned under the
+rest.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..api import Evaluator, Report
 from ..plan import BatchPolicy
-from ..errors import SequantEvalError, UnsupportedFeature
+from ..errors import InfeasibleBudget, SequantEvalError, UnsupportedFeature
 from ..report.text import format_bytes, format_flops
 from .ccsd import residual_function
 from .closed_shell import ClosedShellIntegrals
 from .equations import ccsd_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
-from .solver import CCResult, IterationRecord, denominators, mp2_guess, solve_cc
+from .solver import (CCResult, HDF5DIIS, IterationRecord, denominators, mp2_guess,
+                     orbital_denominators, solve_cc)
 
 __all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS"]
 
@@ -85,13 +97,23 @@ class CCSD:
         residual evaluations.
     callback
         ``callback(record, seconds, peak_bytes)`` after every iteration (the CLI prints).
+    integrals_on_disk
+        A folder: write the integral blocks there once (HDF5) and read them per batch;
+        the budget then bounds the whole iteration (see the module docstring).
+    slab_bytes
+        The writer's slab for ``integrals_on_disk`` (default: 32 MiB, at most a quarter
+        of the budget).
     """
 
     def __init__(self, mf: Any, frozen: int = 0, budget: Any = None, backend: str = "numpy",
                  spin_orbital: bool | None = None, conv_tol: float = 1e-7,
                  conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 8,
-                 callback: Callable[[IterationRecord, float, int], Any] | None = None) -> None:
+                 callback: Callable[[IterationRecord, float, int], Any] | None = None,
+                 integrals_on_disk: str | os.PathLike | None = None,
+                 slab_bytes: float | None = None) -> None:
         self.mf = mf
+        self.integrals_on_disk = None if integrals_on_disk is None else Path(integrals_on_disk)
+        self.slab_bytes = slab_bytes
         self.frozen = frozen
         self.budget = budget
         self.backend = backend
@@ -115,18 +137,58 @@ class CCSD:
         self.report: Report | None = None
         self.meter = None
         self.seconds_per_iteration = float("nan")
-        self.integrals = self._integrals()
         if self.spin_orbital:
             self.equations = ccsd_equations()
         else:       # Coulomb/exchange pairs folded into L = 2g - g~ and u2 = 2t2 - t2~
             self.equations = fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
+        self.integrals = self._integrals()
 
     def _integrals(self):
         if not self.spin_orbital:
-            return ClosedShellIntegrals.from_scf(self.mf, self.frozen)
-        from .spin_orbital import spin_orbital_integrals
+            ints = ClosedShellIntegrals.from_scf(self.mf, self.frozen)
+        else:
+            from .spin_orbital import spin_orbital_integrals
 
-        return spin_orbital_integrals(self.mf, self.frozen)
+            ints = spin_orbital_integrals(self.mf, self.frozen)
+        if self.integrals_on_disk is None:
+            return ints
+        from .on_disk import DEFAULT_SLAB_BYTES, IntegralFile, integral_blocks
+
+        slab = self.slab_bytes
+        if slab is None:
+            total = self._iteration_budget(ints.extents)
+            slab = DEFAULT_SLAB_BYTES if total is None else min(DEFAULT_SLAB_BYTES, total / 4)
+        names = ("g",) if self.spin_orbital else ("g", "L")
+        blocks = integral_blocks(self.equations, ints.extents, names)
+        return IntegralFile.write(ints, self.integrals_on_disk, blocks, slab_bytes=slab)
+
+    @property
+    def out_of_core(self) -> bool:
+        """Whether the integrals are read from disk (and the solver runs lean)."""
+        return self.integrals_on_disk is not None
+
+    def _iteration_budget(self, extents: dict[str, int]) -> float | None:
+        """The budget in bytes (a share resolved against the unbatched peak)."""
+        from ..plan.policy import parse_budget
+
+        if not hasattr(self, "_total_budget"):
+            budget = resolve_budget(self.equations, extents, self.budget)
+            self._total_budget = None if budget is None else float(parse_budget(budget))
+        return self._total_budget
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the lean solver holds beside one evaluation: ``t1`` and ``t2`` (and ``u2``
+        on the closed shell), plus the DIIS chunk buffers."""
+        no, nv = self.integrals.nocc, self.integrals.nvir
+        t1, t2 = 8 * no * nv, 8 * no * no * nv * nv
+        return t1 + t2 * (1 if self.spin_orbital else 2) + 16 * self._diis_chunk()
+
+    def _diis_chunk(self) -> int:
+        """Elements per DIIS chunk: an eighth of the amplitudes, within 4 Ki .. 128 Ki."""
+        n = self.integrals.nocc * self.integrals.nvir * (1 + self.integrals.nocc
+                                                          * self.integrals.nvir)
+        return int(min(1 << 17, max(1 << 12, n // 8)))
 
     # ------------------------------------------------------------------ results
     @property
@@ -150,17 +212,52 @@ class CCSD:
         return self.integrals.nvir
 
     def evaluator(self) -> Evaluator:
-        """The compiled residual program (planned under the budget on first use)."""
+        """The compiled residual program (planned under the budget on first use; out of
+        core under the budget less :attr:`held_bytes`)."""
         if getattr(self, "_evaluator", None) is None:
             ext = self.integrals.extents
             budget = resolve_budget(self.equations, ext, self.budget)
+            if budget is not None and self.out_of_core:
+                budget = self._evaluator_budget(ext)
             # the amplitudes change every iteration, u2 with them: nothing read from them
             # may be kept from one evaluation to the next
             policy = None if budget is None else BatchPolicy.everything(
                 budget, ext, volatile=("t1", "t2", "u2"))
             self._evaluator = Evaluator(self.equations, ext, policy=policy,
                                         persist=budget is not None)
+            if budget is not None and self.out_of_core:
+                try:                      # plan now: refuse before the first residual
+                    self._evaluator.batched
+                except InfeasibleBudget as err:
+                    self._evaluator = None
+                    raise self._infeasible(self._iteration_budget(ext), budget, err) from err
         return self._evaluator
+
+    def _evaluator_budget(self, ext: dict[str, int]) -> float:
+        """The iteration budget less what the lean solver holds (InfeasibleBudget at once
+        when nothing is left)."""
+        total, held = self._iteration_budget(ext), self.held_bytes
+        if total - held <= 0:
+            raise self._infeasible(total, 0.0)
+        return total - held
+
+    def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None):
+        """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` (computed
+        when read) is the evaluator's smallest budget plus :attr:`held_bytes`."""
+        from ..api import min_budget
+        from ..report.text import format_bytes
+
+        held, ext = self.held_bytes, self.integrals.extents
+        policy = BatchPolicy.everything(None, ext, volatile=("t1", "t2", "u2"))
+        least = (lambda: err.minimum + held) if err is not None else (
+            lambda: min_budget(self.equations, ext, policy) + held)
+        return InfeasibleBudget(
+            f"budget {format_bytes(total)} ({int(total)} B) for the out-of-core CCSD "
+            f"iteration leaves {format_bytes(max(rest, 0))} for the residual once the "
+            f"amplitudes and DIIS buffers the solver holds ({format_bytes(held)}) are "
+            f"charged, below the residual's smallest feasible plan; raise the budget to at "
+            f"least the residual's minimum plus {held} B (InfeasibleBudget.minimum)",
+            total, least)
 
     def residual(self, t1: np.ndarray, t2: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(E, R1, R2)`` at amplitudes in PySCF layout; the residuals in PySCF layout too
@@ -178,7 +275,8 @@ class CCSD:
 
         def residual(t):
             t2 = t["t2"]
-            u2 = 2 * t2 - t2.transpose(0, 1, 3, 2)
+            u2 = np.multiply(t2, 2)                 # 2 t2 - t2~ with one t2-sized array
+            u2 -= t2.transpose(0, 1, 3, 2)
             tensors = dict(base, t1={("a", "i"): t["t1"]}, t2={("a", "a", "i", "i"): t2},
                            u2={("a", "a", "i", "i"): u2})
             out, meter = ev.evaluate(tensors, backend=self.backend, return_meter=True)
@@ -203,10 +301,20 @@ class CCSD:
             last[0] = now
 
         start = time.perf_counter()
-        result = solve_cc(self._residual_function(meters), mp2_guess(ints),
-                          denominators(ints), conv_energy=self.conv_tol,
-                          conv_residual=self.conv_tol_normt, max_iter=self.max_cycle,
-                          diis_space=self.diis_space, callback=on_iteration)
+        lean: dict[str, Any] = {}
+        if self.out_of_core:            # steps in place, DIIS on disk, D2 never formed
+            lean = {"in_place": True, "diis": None if self.diis_space < 2 else HDF5DIIS(
+                self.integrals_on_disk / f"diis-{os.getpid()}-{id(self):x}.h5",
+                self.diis_space, self._diis_chunk())}
+        try:
+            result = solve_cc(self._residual_function(meters), mp2_guess(ints),
+                              orbital_denominators(ints) if lean else denominators(ints),
+                              conv_energy=self.conv_tol, conv_residual=self.conv_tol_normt,
+                              max_iter=self.max_cycle, diis_space=self.diis_space,
+                              callback=on_iteration, **lean)
+        finally:
+            if lean.get("diis") is not None:
+                lean["diis"].close()
         elapsed = time.perf_counter() - start
         self.result = result
         self.e_corr = result.e_corr
@@ -246,8 +354,12 @@ class CCSD:
             "history": [{"iteration": r.iteration, "e_corr": r.e_corr,
                          "delta_e": None if r.delta_e == float("inf") else r.delta_e,
                          "residual_norm": r.residual_norm} for r in hist],
+            "integrals_on_disk": None if not self.out_of_core else str(self.integrals.path),
             "memory": None if rep is None else {
                 "budget_bytes": self._budget_bytes(),
+                "iteration_budget_bytes": (self._iteration_budget(self.integrals.extents)
+                                           if self.out_of_core else None),
+                "held_bytes": self.held_bytes if self.out_of_core else None,
                 "predicted_peak_bytes": rep.peak_bytes,
                 "measured_peak_bytes": None if m is None else m.peak_bytes,
                 "flops_per_iteration": rep.flops, "loops": len(rep.loops)},
@@ -265,6 +377,15 @@ class CCSD:
         kind = "spin-orbitals" if self.spin_orbital else "spatial orbitals (closed shell)"
         match = "equal" if m is not None and p.peak_bytes == m.peak_bytes else "DIFFER"
         budget = self._budget_bytes()
+        if self.out_of_core:
+            total = self._iteration_budget(self.integrals.extents)
+            ints = self.integrals
+            disk = (f"integrals on disk: {ints.path} ({format_bytes(ints.written_bytes)}"
+                    f"{', reused' if ints.reused else ''})")
+            if total is not None:
+                disk += (f"; iteration budget {format_bytes(total)} = residual "
+                         f"{format_bytes(budget)} + amplitudes and DIIS buffers "
+                         f"{format_bytes(self.held_bytes)}")
         lines = [
             f"CCSD on {self.mf.mol.natm} atoms / {self.mf.mol.basis}: {self.nocc} occupied, "
             f"{self.nvir} virtual {kind}" + (f", {self.frozen} frozen" if self.frozen else ""),
@@ -286,4 +407,11 @@ class CCSD:
                          f"{len(p.loops)} loops)" if p.loops else "")]
         lines.append(f"  forest: {p.forest.binary_contractions} binary contractions -> "
                      f"{p.forest.distinct_contractions} distinct values")
+        if self.out_of_core:
+            lines.append(f"  {disk}")
         return "\n".join(lines)
+
+    def close(self) -> None:
+        """Close the integral file (out of core); the file stays for a later run."""
+        if self.out_of_core:
+            self.integrals.close()

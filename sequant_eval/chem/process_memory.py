@@ -1,0 +1,62 @@
+"""The process's resident memory, as the kernel counts it (Linux ``/proc/self/status``).
+
+``RSSWatch.start()`` takes the current resident set (``VmRSS``) as the baseline and resets
+the kernel's high-water mark (``VmHWM``, by writing ``5`` to ``/proc/self/clear_refs``);
+``growth()`` is then the peak resident set since the start minus the baseline: what the
+work since the start added to the process at its worst moment, page-cache reads of files
+excluded (they are not resident in the process). Elsewhere (no ``/proc``, or the reset
+refused) the values are ``None``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RSSWatch", "rss_bytes", "peak_rss_bytes"]
+
+
+def _status(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes() -> int | None:
+    """The resident set now (``VmRSS``), bytes."""
+    return _status("VmRSS")
+
+
+def peak_rss_bytes() -> int | None:
+    """The resident set's high-water mark (``VmHWM``), bytes."""
+    return _status("VmHWM")
+
+
+@dataclass
+class RSSWatch:
+    """Peak resident-set growth over a baseline; see the module docstring."""
+
+    baseline: int | None
+    reset: bool
+
+    @classmethod
+    def start(cls) -> "RSSWatch":
+        baseline = rss_bytes()
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+                fh.write("5")
+            reset = True
+        except OSError:
+            reset = False
+        return cls(baseline, reset)
+
+    def growth(self) -> int | None:
+        """Peak resident set since :meth:`start` minus the baseline, bytes (``None`` when
+        the high-water mark could not be reset or read)."""
+        peak = peak_rss_bytes()
+        if not self.reset or peak is None or self.baseline is None:
+            return None
+        return max(0, peak - self.baseline)
