@@ -221,6 +221,18 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         raise UsageError("analyze needs the extents: --extent SPACE=N (once per space) or "
                          "--regime REGIME.json")
     eqs = _read_equations(args.files)
+    if args.min_budget:
+        from .api import min_budget
+        from .plan import BatchPolicy
+        from .report.text import format_bytes
+
+        policy = _policy(args, eqs, extents)
+        if policy is None:
+            known = getattr(extents, "extents", extents)
+            policy = BatchPolicy.everything(None, known)
+        need = min_budget(eqs, extents, replace(policy, budget=None))
+        print(f"smallest feasible budget {format_bytes(need)} ({need} B)")
+        return 0
     rep = Evaluator(eqs, extents, policy=_policy(args, eqs, extents)).analyze()
     print(rep.dump(), end="")
     if args.json:
@@ -353,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--regime", help="size regime JSON (extents; --extent entries override)")
     p.add_argument("--budget", default=None,
                    help="bytes (25e9, 25GB, 4GiB) or a share of the unbatched peak (25%%)")
+    p.add_argument("--min-budget", action="store_true",
+                   help="print the smallest feasible budget (for the batchable spaces and "
+                        "blocks given) instead of the dry run")
     _policy_arguments(p)
     p.set_defaults(func=_cmd_analyze)
     p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")

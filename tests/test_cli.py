@@ -251,3 +251,15 @@ def test_snapshots_from_the_checkout_directory(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert snapshots.source_root() == ROOT
     assert snapshots._dir(None) == ROOT / "schedules"
+
+
+def test_analyze_prints_the_smallest_feasible_budget(tmp_path, capsys):
+    """Oracle: se.min_budget on the same equations and extents."""
+    path = tmp_path / "small.txt"
+    path.write_text("R{a_1;i_1} = f{a_1;a_2} * t{a_2;i_1} + g{a_1,i_2;i_1,a_3} * t{a_3;i_2}\n",
+                    encoding="utf-8")
+    assert main(["analyze", str(path), "--extent", "i=4", "--extent", "a=6",
+                 "--min-budget"]) == 0
+    need = se.min_budget(se.parse(path.read_text(encoding="utf-8"), default_name="small"),
+                         {"i": 4, "a": 6})
+    assert f"({need} B)" in capsys.readouterr().out
