@@ -105,7 +105,8 @@ class IntegralFile:
         ``ints`` is an in-memory integral object with ``block_rows`` (spin-orbital or
         closed-shell); nothing it caches is filled. Each block is computed and written in
         slabs of at most ``slab_bytes`` (at least one row step), so the writer's peak is
-        one slab plus the spatial integrals under it (``docs/benchmarks.md``).
+        one slab plus the spatial integrals under it: within two slabs and a fixed
+        ~128 KiB (h5py objects, NumPy's ufunc buffers; ``tests/chem/test_out_of_core.py``).
         ``g{a,a;i,i}`` is always included (the MP2 guess reads it).
 
         Raises

@@ -154,9 +154,11 @@ class CCSD:
             return ints
         from .on_disk import DEFAULT_SLAB_BYTES, IntegralFile, integral_blocks
 
+        total, held = self._iteration_budget(ints.extents), self._held(ints)
+        if total is not None and total <= held:         # refused before writing anything
+            raise self._infeasible(total, 0.0, held=held, extents=ints.extents)
         slab = self.slab_bytes
         if slab is None:
-            total = self._iteration_budget(ints.extents)
             slab = DEFAULT_SLAB_BYTES if total is None else min(DEFAULT_SLAB_BYTES, total / 4)
         names = ("g",) if self.spin_orbital else ("g", "L")
         blocks = integral_blocks(self.equations, ints.extents, names)
@@ -180,15 +182,18 @@ class CCSD:
     def held_bytes(self) -> int:
         """Bytes the lean solver holds beside one evaluation: ``t1`` and ``t2`` (and ``u2``
         on the closed shell), plus the DIIS chunk buffers."""
-        no, nv = self.integrals.nocc, self.integrals.nvir
-        t1, t2 = 8 * no * nv, 8 * no * no * nv * nv
-        return t1 + t2 * (1 if self.spin_orbital else 2) + 16 * self._diis_chunk()
+        return self._held(self.integrals)
 
-    def _diis_chunk(self) -> int:
-        """Elements per DIIS chunk: an eighth of the amplitudes, within 4 Ki .. 128 Ki."""
-        n = self.integrals.nocc * self.integrals.nvir * (1 + self.integrals.nocc
-                                                          * self.integrals.nvir)
-        return int(min(1 << 17, max(1 << 12, n // 8)))
+    def _held(self, ints) -> int:
+        no, nv = ints.nocc, ints.nvir
+        t1, t2 = 8 * no * nv, 8 * no * no * nv * nv
+        return t1 + t2 * (1 if self.spin_orbital else 2) + 16 * self._diis_chunk(ints)
+
+    def _diis_chunk(self, ints=None) -> int:
+        """Elements per DIIS chunk: an eighth of the amplitudes, within 1 Ki .. 128 Ki."""
+        ints = ints or self.integrals
+        n = ints.nocc * ints.nvir * (1 + ints.nocc * ints.nvir)
+        return int(min(1 << 17, max(1 << 10, n // 8)))
 
     # ------------------------------------------------------------------ results
     @property
@@ -241,13 +246,15 @@ class CCSD:
             raise self._infeasible(total, 0.0)
         return total - held
 
-    def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None):
+    def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None,
+                    held: int | None = None, extents: dict[str, int] | None = None):
         """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` (computed
         when read) is the evaluator's smallest budget plus :attr:`held_bytes`."""
         from ..api import min_budget
         from ..report.text import format_bytes
 
-        held, ext = self.held_bytes, self.integrals.extents
+        held = self.held_bytes if held is None else held
+        ext = self.integrals.extents if extents is None else extents
         policy = BatchPolicy.everything(None, ext, volatile=("t1", "t2", "u2"))
         least = (lambda: err.minimum + held) if err is not None else (
             lambda: min_budget(self.equations, ext, policy) + held)

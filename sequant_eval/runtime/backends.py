@@ -8,6 +8,7 @@ runs on the GPU. The dry run carries shapes only (sizes may be composite means).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -238,7 +239,9 @@ class ArrayApiBackend:
 
 
 class CupyBackend(ArrayApiBackend):
-    """CuPy on the GPU: one stream per run; host↔device only at copy nodes."""
+    """CuPy on the GPU: one stream per evaluation (``session``); host↔device only at copy
+    nodes and leaf reads, both ordered on that stream; the memory pool limited to
+    ``pool_limit`` bytes (beyond what it already holds) during an evaluation."""
 
     def __init__(self) -> None:
         import cupy
@@ -246,21 +249,56 @@ class CupyBackend(ArrayApiBackend):
         super().__init__(cupy, "cupy")
         self.cupy = cupy
         self.pool = cupy.get_default_memory_pool()
+        self.pool_limit = float("inf")
+
+    @contextmanager
+    def session(self):
+        """The evaluation's stream, current for this thread while it runs; the caller's
+        current stream (and the pool's limit) are restored afterwards, the stream drained."""
+        old_limit = self.pool.get_limit()
+        if self.pool_limit != float("inf"):
+            self.pool.set_limit(size=self.pool.used_bytes() + int(self.pool_limit))
+        stream = self.cupy.cuda.Stream(non_blocking=True)
+        try:
+            with stream:                       # restores the previous current stream
+                try:
+                    yield stream
+                finally:
+                    stream.synchronize()
+        finally:
+            self.pool.set_limit(size=old_limit)
+
+    def take(self, block, index, shape):
+        if isinstance(block, self.cupy.ndarray):
+            return block[_slices(index, block.ndim)].copy()
+        part = block.read(index) if isinstance(block, LeafReader) else \
+            block[_slices(index, len(block.shape))]
+        return self.from_host(part)
 
     def to_host(self, x):
-        return self.cupy.asnumpy(x)
+        """Device → host on the current stream, waited for (the host reads it next)."""
+        stream = self.cupy.cuda.get_current_stream()
+        out = x.get(stream=stream)
+        stream.synchronize()
+        return out
 
     def from_host(self, x):
-        return self.cupy.asarray(x)
+        """Host → device, ordered on the current stream (not the legacy default one, which
+        a non-blocking stream does not wait for)."""
+        x = np.ascontiguousarray(x)
+        out = self.cupy.empty(x.shape, x.dtype)
+        out.set(x, stream=self.cupy.cuda.get_current_stream())
+        return out
 
     def nbytes(self, x) -> int:
         return int(x.nbytes)
 
-    def stream(self):
-        return self.cupy.cuda.Stream(non_blocking=True)
-
     def pool_bytes(self) -> int:
         return int(self.pool.total_bytes())
+
+    def release(self) -> None:
+        """Hand the pool's unused blocks back to the device."""
+        self.pool.free_all_blocks()
 
 
 def gpu_available() -> bool:

@@ -7,7 +7,6 @@ and skip everything only they needed (a second, "warm" graph).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -19,7 +18,7 @@ from .cells import build_cell_table, validate
 from .engine import run_graph
 from .graph import Device
 from .lower import Lowered, lower_schedule
-from .passes import insert_copies, run_passes
+from .passes import copy_roots_to_host, insert_copies, run_passes
 from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
                         place, run_lockstep)
 
@@ -52,6 +51,10 @@ class RoutePicker:
 
 
 class Compiled:
+    """A fitted schedule made runnable: the validated cell table, the lowered (and, per
+    machine, placed) op graph, the backends (kept: their kernel plans are reused) and,
+    with ``persist``, the store of kept intermediates. ``run`` evaluates."""
+
     def __init__(self, analysis: ScheduleAnalysis, volatile: frozenset[str] = frozenset(),
                  persist: bool = False, passes: bool = True) -> None:
         self.analysis = analysis
@@ -110,6 +113,7 @@ class Compiled:
 
                 eff = effective_roots(g, roots)
                 roots = insert_copies(g, eff)[: len(roots)]      # arms are bridged too
+                roots = copy_roots_to_host(g, roots)             # results end on the host
             names = dict(zip(low.roots, roots[: len(low.roots)]))
             kept = dict(zip(low.kept, roots[len(low.roots):]))
             self._lowered[key] = (Lowered(g, names, kept, low.form_of), roots)
@@ -131,7 +135,8 @@ class Compiled:
         return peak_profile_sweep(cells, len(points), a.transient(skipped)).peak_bytes
 
     def run(self, backend: str = "numpy", source=None, gpu_budget: float = float("inf")):
-        """Evaluate: ``({equation: array}, Meter)``."""
+        """Evaluate: ``({equation: NumPy array}, Meter)`` whatever the backend (a dry run
+        gives shapes); on a GPU every result is copied back to the host in the op graph."""
         warm = bool(self.store)
         gpu = backend in ("cupy", "auto") and gpu_available()
         if backend == "cupy" and not gpu:
@@ -142,7 +147,11 @@ class Compiled:
             self._backends[name] = ({Device.CPU: get_backend("numpy"),
                                      Device.GPU: get_backend("cupy")} if gpu
                                     else {Device.CPU: get_backend(name)})
+            if gpu:                                  # device memory back when dropped
+                weakref.finalize(self, self._backends[name][Device.GPU].release)
         backends = self._backends[name]
+        if gpu:
+            backends[Device.GPU].pool_limit = gpu_budget
         low, roots = self.lowered(warm, machine)
         if source is None:
             source = _Shapes(self.analysis.shapes)
@@ -155,30 +164,13 @@ class Compiled:
             if be.symbolic:
                 be.itemsize = self.analysis.plan.policy.itemsize
         picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
-        with small_ufunc_buffers():
-            out, meter = run_graph(low.graph, roots, self.forest, backends, source,
-                                   self.store, picker, low.form_of)
+        out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
+                               picker, low.form_of)
         if self.persist:
             for form, node in low.kept.items():
                 self.store[form] = out[node]
-        cpu = backends[Device.CPU]
-        results = {name: cpu.to_host(out[n]) if machine.gpu else out[n]
-                   for name, n in low.roots.items()}
-        return results, meter
-
-
-@contextmanager
-def small_ufunc_buffers(elements: int = 1024):
-    """NumPy's buffered loops (an add of a transposed view into a slice) allocate up to
-    three buffers of ``np.getbufsize()`` elements (8192 by default, ~190 kB of memory
-    outside any prediction); 1024 keeps that below 25 kB and is no slower here."""
-    import numpy as np
-
-    old = np.setbufsize(elements)
-    try:
-        yield
-    finally:
-        np.setbufsize(old)
+        return {name: _host(backends, low.graph, n, out[n])
+                for name, n in low.roots.items()}, meter
 
 
 class _Shapes:

@@ -45,6 +45,7 @@ class Device(enum.Enum):
 VIEWS = {Op.PERMUTE, Op.RESHAPE}
 INPLACE = {Op.SCALE, Op.ACCUMULATE, Op.SCATTER, Op.ADD_INTO}
 BINDINGS = {Op.INPUT, Op.SLICE, Op.ZEROS}      # device-neutral for run extraction
+_BUFFER_SHARING = VIEWS | INPLACE
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,11 @@ def _bits(params: tuple) -> tuple:
 
 @dataclass
 class Graph:
+    """The arena: nodes by id, the placement side table, ordering edges, branches.
+
+    ``memo`` holds what is derived from the arena (routes, read counts, owners); it is
+    cleared on every push and edge rewrite."""
+
     nodes: list[Node] = field(default_factory=list)
     device: dict[int, Device] = field(default_factory=dict)     # placement side table
     after: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))  # ordering
@@ -105,6 +111,22 @@ class Graph:
         if self.nodes[old].shape != self.nodes[new].shape:
             raise ScheduleError(f"rewrite_input n{n}: n{old} and n{new} differ in shape")
         self.nodes[n] = replace(node, inputs=tuple(new if i == old else i for i in node.inputs))
+
+    def owner(self, n: int, inplace: bool = True) -> int:
+        """The node that allocated the buffer ``n`` reads or writes, followed back through
+        views and in-place updates; with ``inplace=False`` only through views, which gives
+        the buffer *version* ``n`` reads (the node whose output it is)."""
+        through = _BUFFER_SHARING if inplace else VIEWS
+        while self.nodes[n].op in through:
+            n = self.nodes[n].inputs[0]
+        return n
+
+    def device_of(self, n: int) -> Device | None:
+        """Where ``n``'s output lives: its placement, else (views, in-place) its input's."""
+        while n not in self.device and self.nodes[n].inputs and \
+                self.nodes[n].op in _BUFFER_SHARING:
+            n = self.nodes[n].inputs[0]
+        return self.device.get(n)
 
     def reachable(self, roots) -> set[int]:
         seen: set[int] = set()

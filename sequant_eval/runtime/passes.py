@@ -12,6 +12,7 @@
   other reader of the buffer version it overwrites; those become ordering edges.
 - ``insert_copies``: wherever a node reads a value placed on another device, one ``copy``
   per (producer, target device) is inserted and shared by every such reader.
+- ``copy_roots_to_host``: a root placed on a device is copied back to the host.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import replace
 from .graph import INPLACE, VIEWS, Device, Graph, Node, Op
 
 __all__ = ["Pass", "PASSES", "run_passes", "cse", "simplify", "order_inplace",
-           "insert_copies", "device_of"]
+           "insert_copies", "copy_roots_to_host"]
 
 Pass = Callable[[Graph, Sequence[int]], list[int]]
 
@@ -61,7 +62,7 @@ def _keep_or_push(g: Graph, n: int, new: Node) -> int:
 
 def cse(g: Graph, roots: Sequence[int]) -> list[int]:
     seen: dict[tuple, int] = {}
-    written = {_buffer_version(g, g.nodes[n].inputs[0]) for n in g.order(roots)
+    written = {g.owner(g.nodes[n].inputs[0], inplace=False) for n in g.order(roots)
                if g.nodes[n].op in INPLACE}          # buffers later updated in place
     results = set(roots)                             # each result is its caller's own array
 
@@ -103,34 +104,19 @@ def simplify(g: Graph, roots: Sequence[int]) -> list[int]:
     return _rewrite(g, roots, visit)
 
 
-def _buffer_version(g: Graph, n: int) -> int:
-    """The node whose output buffer ``n`` reads or writes (through views)."""
-    while g.nodes[n].op in VIEWS:
-        n = g.nodes[n].inputs[0]
-    return n
-
-
 def order_inplace(g: Graph, roots: Sequence[int]) -> list[int]:
     readers: dict[int, set[int]] = {}
     order = g.order(roots)
     for n in order:
         for i in g.nodes[n].inputs:
-            readers.setdefault(_buffer_version(g, i), set()).add(n)
+            readers.setdefault(g.owner(i, inplace=False), set()).add(n)
     for n in order:
         if g.nodes[n].op in INPLACE:
-            version = _buffer_version(g, g.nodes[n].inputs[0])
+            version = g.owner(g.nodes[n].inputs[0], inplace=False)
             for r in readers.get(version, ()):
                 if r != n and g.nodes[r].op not in VIEWS:
                     g.after[n].add(r)
     return list(roots)
-
-
-def device_of(g: Graph, n: int) -> Device | None:
-    """Where a node's output lives: its placement, else (views, in-place) its input's."""
-    while n not in g.device and g.nodes[n].inputs and (
-            g.nodes[n].op in VIEWS or g.nodes[n].op in INPLACE):
-        n = g.nodes[n].inputs[0]
-    return g.device.get(n)
 
 
 def insert_copies(g: Graph, roots: Sequence[int]) -> list[int]:
@@ -142,7 +128,7 @@ def insert_copies(g: Graph, roots: Sequence[int]) -> list[int]:
             return _keep_or_push(g, n, new)
         inputs = list(new.inputs)
         for k, i in enumerate(inputs):
-            src = device_of(g, i)
+            src = g.device_of(i)
             if src is None or src is target:
                 continue
             key = (i, target)
@@ -156,6 +142,23 @@ def insert_copies(g: Graph, roots: Sequence[int]) -> list[int]:
         return _keep_or_push(g, n, replace(new, inputs=tuple(inputs)))
 
     return _rewrite(g, roots, visit)
+
+
+def copy_roots_to_host(g: Graph, roots: Sequence[int]) -> list[int]:
+    """Every root that lives on a device gets an explicit ``copy`` to the host, which
+    becomes the root: results always leave the evaluation as host arrays, and the device
+    buffer is released after that copy like any other."""
+    out = []
+    for r in roots:
+        if g.device_of(r) in (None, Device.CPU):
+            out.append(r)
+            continue
+        node = g.nodes[r]
+        c = g.push(Node(Op.COPY, (r,), (Device.CPU.value,), node.shape, node.seq + 0.5,
+                        f"copy n{r} -> cpu (result)"))
+        g.device[c] = Device.CPU
+        out.append(c)
+    return out
 
 
 PASSES: dict[str, Pass] = {"cse": cse, "simplify": simplify, "order_inplace": order_inplace}

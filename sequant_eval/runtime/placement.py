@@ -147,7 +147,7 @@ def gpu_live_peak(g: Graph, roots: Sequence[int]) -> float:
     last: dict[int, int] = {}
     for k, n in enumerate(order):
         for i in g.nodes[n].inputs:
-            last[_owner(g, i)] = k
+            last[g.owner(i)] = k
     live = peak = 0.0
     alive: dict[int, float] = {}
     for k, n in enumerate(order):
@@ -158,16 +158,10 @@ def gpu_live_peak(g: Graph, roots: Sequence[int]) -> float:
             live += alive[n]
             peak = max(peak, live)
         for i in node.inputs:
-            o = _owner(g, i)
+            o = g.owner(i)
             if last.get(o) == k and o in alive and o not in roots:
                 live -= alive.pop(o)
     return peak
-
-
-def _owner(g: Graph, n: int) -> int:
-    while g.nodes[n].op in VIEWS or g.nodes[n].op in INPLACE:
-        n = g.nodes[n].inputs[0]
-    return n
 
 
 def _fit_gpu_budget(g: Graph, roots: Sequence[int], machine: Machine) -> None:
@@ -180,7 +174,7 @@ def _fit_gpu_budget(g: Graph, roots: Sequence[int], machine: Machine) -> None:
             return
         biggest = max(on_gpu, key=lambda n: (_bytes(g, n), -n))
         for n in g.reachable(roots):            # the buffer and everything touching it
-            if _owner(g, n) == biggest:
+            if g.owner(n) == biggest:
                 g.device[n] = Device.CPU
 
 
@@ -203,7 +197,7 @@ def _run_time(g: Graph, members: Sequence[int], device: Device, cost: CostModel)
         io = _bytes(g, n) + sum(_bytes(g, i) for i in node.inputs)
         t += cost.op_time(node_flops(g, n), io, device)
         for i in node.inputs:
-            if i not in inside and g.device.get(_owner(g, i), Device.CPU) is not device:
+            if i not in inside and g.device.get(g.owner(i), Device.CPU) is not device:
                 t += cost.transfer_time(_bytes(g, i))
     return t
 
