@@ -224,8 +224,13 @@ def section(trimer: dict | None, dimer: dict | None) -> str:
                 "E(corr) |", "|---|---|---|---|---|---|---|---|"]
         for r in dimer["rows"]:
             if r["returncode"] not in (0, 1) or "iteration_budget" not in r:
-                out.append(f"| {r['budget']} | refused: {r.get('error', '').strip()} "
-                           f"| | | | | | |")
+                err = r.get("error", "")
+                m = re.search(r"budget (\S+ \S+) .*leaves (\S+ \S+) for the residual.*"
+                              r"holds \((\S+ \S+)\).*smallest that works is (\S+ \S+)", err)
+                why = (f"refused before any work: {m.group(1)} = {m.group(2)} + "
+                       f"{m.group(3)}; the smallest that works is {m.group(4)}" if m
+                       else f"refused: {err.strip()}")
+                out.append(f"| {r['budget']} | {why} | | | | | | |")
                 continue
             total = _bytes(r["iteration_budget"])
             g = r["peak_rss_growth_bytes"]

@@ -59,15 +59,12 @@ class Report:
     live_at_binding: tuple[int, ...]
     loops: tuple[Loop, ...]
     forest: Forest
-    schedule: ScheduleAnalysis | None = None
+    schedule: ScheduleAnalysis         # the analysis the figures come from
 
     def memory(self, title: str = ""):
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
         from .report.memory import memory_report
 
-        if self.schedule is None:
-            raise SequantEvalError("a memory report needs a planned schedule: pass a budget "
-                                   "or a policy to se.analyze")
         budget = self.schedule.plan.policy.budget_bytes
         return memory_report(self.schedule, self.unbatched_flops, title,
                              budget if budget != float("inf") else None)
@@ -78,7 +75,7 @@ class Report:
         return self.flops / self.unbatched_flops if self.unbatched_flops else 1.0
 
     def dump(self) -> str:
-        from .report.text import format_bytes, format_flops
+        from .units import format_bytes, format_flops
 
         lines = [f"peak {format_bytes(self.peak_bytes)} ({self.peak_bytes} B) at point "
                  f"{self.binding_point}",
@@ -200,7 +197,7 @@ class Evaluator:
             unbatched = self._unbatched_flops
         return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
-                      self.forest, schedule=a)
+                      self.forest, a)
 
 
 def _fingerprint(given) -> tuple:
@@ -226,10 +223,24 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
              gpu_budget: float = float("inf"), progress=None, return_meter: bool = False):
-    """Evaluate equations; returns ``{equation name: array}`` (axes in result slot order).
+    """Evaluate equations; returns ``{equation name: NumPy array}`` (axes in result slot
+    order), whatever the backend.
 
-    With a budget (or a policy) the evaluation runs batched so that its peak memory stays
-    within the budget; an infeasible budget raises InfeasibleBudget before any work."""
+    ``eqs``: SeQuant text, an Equation or a sequence of them. ``extents``: the size of each
+    index space, e.g. ``{"i": 10, "a": 38}``. ``tensors`` maps each tensor name to one of
+
+    - one array (NumPy or any sliceable array-like: h5py, zarr, ``np.memmap``) whose axis at
+      each slot spans, concatenated in ``extents`` order, the spaces the equations read at
+      that slot (an axis spanning every space is accepted too);
+    - a mapping from a tuple of space names to that block, e.g. ``{("a", "i"): t1}``;
+    - a provider ``provider(spaces, ranges)`` returning the sub-block of block ``spaces``
+      at ``ranges`` (one ``(start, stop)`` per slot); one taking only ``spaces`` returns
+      the whole block and is refused when the plan reads that block in batches.
+
+    Each batch reads only its own sub-block. With a budget (bytes, ``"5MB"``, or ``"25%"``
+    of the unbatched peak) or a policy the evaluation runs batched so that its peak memory
+    stays within the budget; an infeasible budget raises InfeasibleBudget before any work.
+    ``backend``: numpy, cupy, auto, array_api_strict or dryrun (shapes only)."""
     return Evaluator(eqs, extents, budget, policy, progress=progress,
                      gpu_budget=gpu_budget).evaluate(tensors, backend, return_meter)
 

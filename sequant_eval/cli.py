@@ -302,7 +302,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshots(args: argparse.Namespace) -> int:
-    from .schedule import snapshots
+    from .checkout import load_tool
+
+    snapshots = load_tool("snapshots")           # tools/snapshots.py of the checkout
 
     if args.update:
         for path in snapshots.update(args.dir):
@@ -332,6 +334,8 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``sequant-eval`` command: parse ``argv`` and run a subcommand; returns the exit
+    status."""
     parser = _Parser(prog="sequant-eval", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"sequant-eval {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)

@@ -233,10 +233,10 @@ def test_report_share_budget(capsys, tmp_path):
 def test_snapshots_outside_a_checkout_says_it_is_a_development_command(tmp_path, capsys,
                                                                        monkeypatch):
     """As from a wheel: the module lives in site-packages and the cwd is no checkout."""
-    from sequant_eval.schedule import snapshots
+    from sequant_eval import checkout
 
-    fake = tmp_path / "site-packages" / "sequant_eval" / "schedule" / "snapshots.py"
-    monkeypatch.setattr(snapshots, "__file__", str(fake))
+    fake = tmp_path / "site-packages" / "sequant_eval" / "checkout.py"
+    monkeypatch.setattr(checkout, "__file__", str(fake))
     monkeypatch.chdir(tmp_path)
     _refused(["snapshots"], capsys, "development command", "source checkout")
     _refused(["snapshots", "--update"], capsys, "development command")
@@ -245,12 +245,12 @@ def test_snapshots_outside_a_checkout_says_it_is_a_development_command(tmp_path,
 
 def test_snapshots_from_the_checkout_directory(tmp_path, capsys, monkeypatch):
     """As from a wheel run at the repository root: the checkout is the current directory."""
-    from sequant_eval.schedule import snapshots
+    from sequant_eval import checkout
 
-    monkeypatch.setattr(snapshots, "__file__", str(tmp_path / "x" / "y" / "snapshots.py"))
+    monkeypatch.setattr(checkout, "__file__", str(tmp_path / "x" / "checkout.py"))
     monkeypatch.chdir(ROOT)
-    assert snapshots.source_root() == ROOT
-    assert snapshots._dir(None) == ROOT / "schedules"
+    assert checkout.source_root() == ROOT
+    assert checkout.load_tool("snapshots")._dir(None) == ROOT / "schedules"
 
 
 def test_analyze_prints_the_smallest_feasible_budget(tmp_path, capsys):

@@ -22,7 +22,7 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, _sub_block, _transform_rows
+from .integrals import SCFNotConverged, _sub_block, _transform_rows, density_fitted
 
 __all__ = ["ClosedShellIntegrals", "check_frozen"]
 
@@ -85,7 +85,7 @@ class ClosedShellIntegrals:
             raise UnsupportedFeature(
                 f"closed-shell CCSD needs a PySCF RHF object, got {kind}; use "
                 "spin_orbital=True for other references")
-        if getattr(mf, "with_df", None) is not None:
+        if density_fitted(mf):
             raise UnsupportedFeature(f"density-fitted mean field ({kind}) is not supported; "
                                      "run a conventional RHF")
         if mf.mol.spin != 0:

@@ -28,7 +28,7 @@ import numpy as np
 from sequant_eval.errors import (MissingTensor, SequantEvalError, ShapeMismatch, UnknownSpace,
                                  UnsupportedFeature)
 
-__all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider"]
+__all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider", "density_fitted"]
 
 #: A provider: takes one space name per slot and the element ranges wanted (one
 #: ``(start, stop)`` per slot, or None for the whole block) and returns that sub-block.
@@ -67,6 +67,16 @@ def _transform_rows(eri_source: Any, coeffs: list[np.ndarray], p0: int, p1: int,
     extra = {} if isinstance(eri_source, np.ndarray) else {"max_memory": max_memory_mb}
     block = ao2mo.general(eri_source, cs, compact=False, **extra)
     return np.asarray(block).reshape([c.shape[1] for c in cs])
+
+
+def density_fitted(mf: Any) -> bool:
+    """Whether ``mf`` is density fitted. Read from the instance: a missing attribute on a
+    PySCF SCF object goes through its ``__getattr__``, which imports every PySCF module
+    (``pyscf.__all__``, ~17 MiB resident) to look for a method of that name."""
+    attrs = getattr(mf, "__dict__", None)
+    if attrs is None:
+        return getattr(mf, "with_df", None) is not None
+    return attrs.get("with_df") is not None
 
 
 class SCFNotConverged(SequantEvalError):
@@ -150,7 +160,7 @@ class SpinOrbitalIntegrals:
             raise UnsupportedFeature(
                 f"SpinOrbitalIntegrals needs a closed-shell PySCF RHF object, got {kind}"
             )
-        if getattr(mf, "with_df", None) is not None:
+        if density_fitted(mf):
             raise UnsupportedFeature(f"density-fitted mean field ({kind}) is not supported")
         if mf.mol.spin != 0:
             raise UnsupportedFeature(f"open-shell molecule (spin={mf.mol.spin}) is not supported")

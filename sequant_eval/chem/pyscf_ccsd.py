@@ -248,23 +248,22 @@ class CCSD:
 
     def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None,
                     held: int | None = None, extents: dict[str, int] | None = None):
-        """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` (computed
-        when read) is the evaluator's smallest budget plus :attr:`held_bytes`."""
+        """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` is the
+        residual's smallest feasible budget plus :attr:`held_bytes`."""
         from ..api import min_budget
         from ..report.text import format_bytes
 
         held = self.held_bytes if held is None else held
         ext = self.integrals.extents if extents is None else extents
         policy = BatchPolicy.everything(None, ext, volatile=("t1", "t2", "u2"))
-        least = (lambda: err.minimum + held) if err is not None else (
-            lambda: min_budget(self.equations, ext, policy) + held)
+        least = (err.minimum if err is not None else min_budget(self.equations, ext, policy)) \
+            + held
         return InfeasibleBudget(
             f"budget {format_bytes(total)} ({int(total)} B) for the out-of-core CCSD "
             f"iteration leaves {format_bytes(max(rest, 0))} for the residual once the "
             f"amplitudes and DIIS buffers the solver holds ({format_bytes(held)}) are "
-            f"charged, below the residual's smallest feasible plan; raise the budget to at "
-            f"least the residual's minimum plus {held} B (InfeasibleBudget.minimum)",
-            total, least)
+            f"charged; the smallest that works is {format_bytes(least)} ({int(least)} B): "
+            f"raise the budget to at least that", total, least)
 
     def residual(self, t1: np.ndarray, t2: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(E, R1, R2)`` at amplitudes in PySCF layout; the residuals in PySCF layout too
@@ -302,6 +301,10 @@ class CCSD:
         last = [time.perf_counter()]
 
         def on_iteration(record: IterationRecord, _t) -> None:
+            if self.out_of_core:            # the residual's freed batches back to the system
+                from .on_disk import release_free_memory
+
+                release_free_memory()
             now = time.perf_counter()
             if self.callback is not None:
                 self.callback(record, now - last[0], meters[-1].peak_bytes if meters else 0)

@@ -337,9 +337,10 @@ def solve_cc(
         The DIIS store (default: an in-memory :class:`DIIS` of ``diis_space`` vectors);
         an :class:`HDF5DIIS` keeps its vectors on disk.
     in_place
-        Lean memory: the residual arrays returned become the steps and ``t`` is updated
-        in place (so the arrays handed to ``residual`` and ``callback`` change between
-        iterations). The solver then holds one set of amplitudes besides the residual.
+        Lean memory: ``t_init``'s arrays are iterated in place (not copied; they hold the
+        last amplitudes evaluated afterwards), the residual arrays returned become the
+        steps, and the arrays handed to ``residual`` and ``callback`` change between
+        iterations. The solver then holds one set of amplitudes besides the residual.
 
     Returns
     -------
@@ -350,7 +351,8 @@ def solve_cc(
     """
     _check_inputs(t_init, denominators)
     keys = list(t_init)
-    t: Amplitudes = {k: np.array(t_init[k], dtype=np.float64, copy=True) for k in keys}
+    t: Amplitudes = {k: _own(t_init[k]) if in_place else
+                     np.array(t_init[k], dtype=np.float64, copy=True) for k in keys}
     if isinstance(denominators, OrbitalDenominators):
         divide = denominators.divide
     else:

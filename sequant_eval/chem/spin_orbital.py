@@ -14,7 +14,7 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, SpinOrbitalIntegrals, _sub_block
+from .integrals import SCFNotConverged, SpinOrbitalIntegrals, _sub_block, density_fitted
 
 __all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
 
@@ -28,7 +28,7 @@ def spin_orbital_integrals(mf: Any, frozen: int = 0):
     if not getattr(mf, "converged", False) or getattr(mf, "mo_coeff", None) is None:
         raise SCFNotConverged(f"the {type(mf).__name__} calculation did not converge; "
                               "converge it before CCSD")
-    if getattr(mf, "with_df", None) is not None:
+    if density_fitted(mf):
         raise UnsupportedFeature(f"density-fitted mean field ({type(mf).__name__}) is not "
                                  "supported; run a conventional SCF")
     istype = getattr(mf, "istype", None)

@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Mapping
 
-__all__ = ["Index", "IndexSpace", "mode_space"]
+__all__ = ["Index", "mode_space"]
 
 
 @dataclass(frozen=True, order=True)
 class Index:
+    """An index label: a space and a number, optionally composite (with protos, e.g.
+    ``a_3<i_1,i_2>``)."""
+
     space: str
     number: int | None = None
     protos: tuple[Index, ...] = ()
@@ -34,14 +37,6 @@ class Index:
 
     def __repr__(self) -> str:
         return f"Index({str(self)!r})"
-
-
-@dataclass(frozen=True)
-class IndexSpace:
-    """A named range of orbitals (or auxiliary functions) with its extent."""
-
-    name: str
-    extent: int
 
 
 def mode_space(index: Index) -> str:

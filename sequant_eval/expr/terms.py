@@ -68,6 +68,8 @@ class Operator:
 
 @dataclass(frozen=True)
 class Product:
+    """A product of tensors (and operators) with an exact rational coefficient."""
+
     coefficient: Fraction
     factors: tuple[Tensor, ...]
     operators: tuple[Operator, ...] = ()

@@ -62,9 +62,6 @@ class _Interner:
         self.leaf_users.setdefault(vid, where)
         return Occurrence(vid, t.slots)
 
-    def contract(self, x: Occurrence, y: Occurrence, keep: set[Index]) -> Occurrence:
-        return self.contract_ordered(x, y, keep)[0]
-
     def contract_ordered(self, x: Occurrence, y: Occurrence,
                          keep: set[Index]) -> tuple[Occurrence, bool]:
         """Intern ``x·y``; also say whether ``y`` became the value's left operand."""

@@ -20,6 +20,8 @@ __all__ = ["ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "TermNode"
 
 
 class ValueKind(enum.Enum):
+    """What a value is: a leaf tensor block, a binary contraction, or an equation's sum."""
+
     LEAF = "leaf"
     CONTRACT = "contract"
     SUM = "sum"
@@ -44,6 +46,9 @@ class SumEntry:
 
 @dataclass(frozen=True)
 class Value:
+    """One interned value of the forest: its kind, modes (canonical layout) and operands or
+    entries."""
+
     id: int
     kind: ValueKind
     spaces: tuple[str, ...]                 # space of each canonical mode (sizes the array)
@@ -130,6 +135,9 @@ class Root:
 
 @dataclass(frozen=True)
 class Forest:
+    """All equations as one DAG of interned values: the values, the equation roots and each
+    term's binary tree."""
+
     values: tuple[Value, ...]               # children always precede parents; id == position
     roots: tuple[Root, ...]
     binary_contractions: int                # contraction nodes before interning (all terms)

@@ -28,6 +28,9 @@ Config = tuple[tuple[int, tuple[Open, ...], int], ...]   # (node, opens, first c
 
 @dataclass(frozen=True)
 class Candidate:
+    """One realization of a subtree under an enclosing loop chain: its memory profile, flops
+    and opened loops."""
+
     profile: Profile
     config: Config            # only nodes that open loops or deviate from the default order
     nloops: int
@@ -52,6 +55,9 @@ def walk_first(tree: TermTree, n: int) -> int:
 
 
 class TermDP:
+    """The per-term dynamic program over (node, enclosing loop chain) choosing loops,
+    nesting and child order."""
+
     def __init__(self, tree: TermTree, sizer: Sizer, policy: BatchPolicy) -> None:
         self.tree = tree
         self.sizer = sizer

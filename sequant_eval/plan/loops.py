@@ -10,6 +10,9 @@ __all__ = ["LoopKind", "Open", "Loop"]
 
 
 class LoopKind(enum.Enum):
+    """Where a batch loop opens: over modes summed at a node (contracted) or open on the
+    term's result (external)."""
+
     CONTRACTED = "C"   # the opener sums the mode: partial results accumulate (AccumulateSum)
     EXTERNAL = "E"     # the mode is open on the term's result: blocks scatter (AccumulateScatter)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import InfeasibleBudget
 from ..forest.values import Forest, TermTree
-from ..report.text import format_bytes
+from ..units import format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
 from .policy import BatchPolicy
@@ -29,7 +29,7 @@ class TermPlan:
     unbatched_flops: int
     min_peak_bytes: int                      # the least peak any plan of this term reaches
 
-    def dump(self, loops: tuple[Loop, ...]) -> str:
+    def dump(self) -> str:
         parts = []
         for n, ids in enumerate(self.opens):
             if ids:
@@ -41,6 +41,8 @@ class TermPlan:
 
 @dataclass(frozen=True)
 class BatchPlan:
+    """The planner's output: the policy, the regime and one TermPlan per term."""
+
     policy: BatchPolicy
     extents: Mapping[str, int] | Regime    # what the forest is sized by
     terms: tuple[TermPlan, ...]
@@ -57,7 +59,7 @@ class BatchPlan:
     def dump(self) -> str:
         lines = [self.policy.dump()]
         lines += [str(loop) for loop in self.loops]
-        lines += [t.dump(self.loops) for t in self.terms]
+        lines += [t.dump() for t in self.terms]
         return "\n".join(lines) + "\n"
 
 

@@ -29,6 +29,9 @@ def footprint_bytes(sizes: Sequence[float], itemsize: int) -> int:
 
 @dataclass(frozen=True)
 class Regime:
+    """Extents of the index spaces (plain ones) and, for composite (PNO-like) spaces, the
+    moments M_0..M_4 of their sizes by number of protos; a dry run sizes arrays from them."""
+
     extents: dict[str, int]                                   # plain spaces, ordered
     moments: dict[int, tuple[float, ...]] = field(default_factory=dict)  # protos → M_0..M_4
     name: str = ""

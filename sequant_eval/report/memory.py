@@ -12,13 +12,16 @@ from dataclasses import asdict, dataclass
 
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
-from .text import format_bytes, format_flops
+from ..schedule.peak import live_bytes
+from ..units import format_bytes, format_flops
 
 __all__ = ["LiveForm", "MemoryReport", "memory_report"]
 
 
 @dataclass(frozen=True)
 class LiveForm:
+    """One form in a report: ids, what it is, its modes (sliced ones marked) and bytes."""
+
     form: int
     value: int
     what: str            # "leaf g", "contract", "sum R2", "assemble"
@@ -28,6 +31,8 @@ class LiveForm:
 
 @dataclass(frozen=True)
 class MemoryReport:
+    """The peak-memory report of a planned dry run; ``to_text`` and ``to_json`` print it."""
+
     title: str
     budget_bytes: float | None
     peak_bytes: int
@@ -88,15 +93,9 @@ def _live_form(a: ScheduleAnalysis, fid: int, size: int) -> LiveForm:
 
 def memory_report(a: ScheduleAnalysis, unbatched_flops: float, title: str = "",
                   budget: float | None = None) -> MemoryReport:
+    """The report of an analyzed schedule (``unbatched_flops``: the oracle's flops)."""
     size = {c.form: c.footprint for c in a.cells}
-    delta = [0] * (len(a.points) + 1)
-    for c in a.cells:
-        delta[c.first] += c.footprint
-        delta[c.last + 1] -= c.footprint
-    live, running = [], 0
-    for k in range(len(a.points)):
-        running += delta[k]
-        live.append(running)
+    live = live_bytes(a.cells, len(a.points))           # the schedule's own sweep
     point = a.points[a.profile.binding_point]
     path = "".join(f"[L{l}.{p}]" for l, p in point.path) or "root"
     step = f"{point.kind} {path}"

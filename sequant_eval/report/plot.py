@@ -26,6 +26,7 @@ def require_matplotlib() -> None:
 
 
 def plot_report(report: MemoryReport, path: str | Path) -> Path:
+    """A PNG of live bytes over the schedule's static points, the peak marked."""
     require_matplotlib()
     import matplotlib
 

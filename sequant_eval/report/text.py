@@ -1,20 +1,7 @@
-"""Human-readable units for byte counts and flops."""
+"""Human-readable units, as the reports print them (defined in ``sequant_eval.units``, the
+bottom layer, so that planning and scheduling can name budgets without importing reports)."""
 from __future__ import annotations
 
+from ..units import format_bytes, format_flops
+
 __all__ = ["format_bytes", "format_flops"]
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` → ``1.50 KiB``; binary prefixes, three significant figures."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
-
-
-def format_flops(n: float) -> str:
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} FLOP"

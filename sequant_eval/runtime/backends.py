@@ -1,4 +1,5 @@
-"""Array backends behind the one executor: NumPy, any array-API namespace, CuPy, dry run.
+"""Array backends behind the one executor: NumPy, any array-API namespace, CuPy, and the
+dry run (``dryrun.py``).
 
 Every backend implements the same small set of operations the op graph uses. NumPy runs
 contractions as planned strided GEMMs (``kernels.py``); the array-API backend uses only
@@ -17,6 +18,7 @@ import opt_einsum
 
 from ..errors import SequantEvalError
 from ..forest.values import Value
+from .dryrun import DryArray, DryRunBackend
 from .sources import LeafReader
 from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
@@ -46,6 +48,9 @@ def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
 
 
 class NumpyBackend:
+    """NumPy on the CPU: contractions as planned strided GEMMs (``plan/kernels.py``), the
+    plans cached per shape."""
+
     name = "numpy"
     symbolic = False
 
@@ -302,6 +307,7 @@ class CupyBackend(ArrayApiBackend):
 
 
 def gpu_available() -> bool:
+    """Whether CuPy is importable and sees a device."""
     try:
         import cupy
 
@@ -310,76 +316,8 @@ def gpu_available() -> bool:
         return False
 
 
-# -- dry run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DryArray:
-    """A stand-in array: a shape (sizes may be power means) and an element size."""
-
-    shape: tuple
-    itemsize: int = 8
-
-    @property
-    def nbytes(self) -> int:
-        from ..plan.regime import footprint_bytes
-
-        return footprint_bytes(self.shape, self.itemsize)
-
-
-class DryRunBackend:
-    name = "dryrun"
-    symbolic = True
-
-    def __init__(self, itemsize: int = 8) -> None:
-        self.itemsize = itemsize
-
-    def asarray(self, x):
-        return x
-
-    def take(self, block, index, shape):
-        return DryArray(tuple(shape), self.itemsize)
-
-    def zeros(self, shape):
-        return DryArray(tuple(shape), self.itemsize)
-
-    def contract(self, values, vid, a, b, out_shape, layout=None):
-        return DryArray(tuple(out_shape), self.itemsize)
-
-    def scale_(self, x, alpha):
-        return x
-
-    def permute(self, x, perm):
-        return DryArray(tuple(x.shape[p] for p in perm), self.itemsize)
-
-    def reshape(self, x, shape):
-        return DryArray(tuple(shape), self.itemsize)
-
-    def accumulate_(self, target, src, alpha):
-        if tuple(target.shape) != tuple(src.shape):
-            raise SequantEvalError(f"dry run: adding {src.shape} into {target.shape}")
-        return target
-
-    def scatter_(self, target, src, index):
-        return target
-
-    def add_into_(self, target, src, index, perm, alpha):
-        return target
-
-    def init(self, src, alpha):
-        return DryArray(tuple(src.shape), self.itemsize)
-
-    def to_host(self, x):
-        return x
-
-    def from_host(self, x):
-        return x
-
-    def nbytes(self, x) -> int:
-        return x.nbytes
-
-
 def get_backend(name: str):
+    """A backend by name: numpy, dryrun, array_api_strict, cupy (a GPU needed) or auto."""
     if name == "numpy":
         return NumpyBackend()
     if name == "dryrun":

@@ -29,6 +29,9 @@ __all__ = ["Cell", "Read", "CellTable", "Violation", "build_cell_table", "valida
 
 @dataclass(frozen=True)
 class Cell:
+    """One form's cell: where it lives (block path), how it is sliced and produced, its life
+    (weighted reads) and its volatility/persistence."""
+
     form: int
     value: int
     scope: tuple[tuple[int, int], ...]     # block path (loop, pass) it lives in
@@ -37,13 +40,15 @@ class Cell:
     production: str                        # build | leaf | sum | assemble-sum | assemble-scatter
     source: int = -1                       # assembled cells: the per-batch cell
     life: int = 0                          # weighted reads (see module docstring)
-    produce_if_absent: bool = False        # made on the first batch, reused by later ones
     volatile: bool = False                 # depends on a volatile input (e.g. amplitudes)
     persistent: bool = False               # kept across evaluations when persistence is on
 
 
 @dataclass(frozen=True)
 class Read:
+    """One read of a cell by a consumer leg, with the loops around the reader that do not
+    slice it and their weight."""
+
     consumer: int                          # form reading (an assembled cell for escapes)
     leg: int                               # operand position / sum entry
     source: int
@@ -53,6 +58,8 @@ class Read:
 
 @dataclass(frozen=True)
 class Violation:
+    """A broken cell-table rule, with the cell and a message."""
+
     rule: str
     cell: int
     message: str
@@ -63,6 +70,8 @@ class Violation:
 
 @dataclass(frozen=True)
 class CellTable:
+    """The cells, their reads and the production order: validated before anything runs."""
+
     cells: tuple[Cell, ...]
     reads: tuple[Read, ...]
     order: dict[int, int]                  # form → first step that produces it
@@ -72,8 +81,7 @@ class CellTable:
         lines = []
         for c in self.cells:
             sl = ",".join(f"{p}/L{l}" for p, l in c.sliced)
-            flags = "".join(s for s, on in (("V", c.volatile), ("P", c.persistent),
-                                            ("A", c.produce_if_absent)) if on)
+            flags = "".join(s for s, on in (("V", c.volatile), ("P", c.persistent)) if on)
             lines.append(f"f{c.form} v{c.value} {c.production} scope {list(c.scope)} "
                          f"[{sl}] partial {list(c.partial)} life {c.life} {flags}".rstrip())
         return "\n".join(lines) + "\n"
@@ -91,6 +99,8 @@ def _volatile_values(forest: Forest, volatile: frozenset[str]) -> list[bool]:
 
 def build_cell_table(sched: OrderedSchedule, forest: Forest,
                      volatile: frozenset[str] = frozenset()) -> CellTable:
+    """The cell table of an ordered schedule (``volatile``: tensors that change between
+    evaluations)."""
     forms = sched.forms
     loops = sched.loops
     paths = form_paths(sched.rich)
@@ -140,15 +150,12 @@ def build_cell_table(sched: OrderedSchedule, forest: Forest,
         else:
             production = {FormKind.LEAF: "leaf", FormKind.CONTRACT: "build",
                           FormKind.SUM: "sum"}[f.kind]
-        innermost = f.scope[-1] if f.scope else None
-        bound = {l for _, l in f.sliced} | set(f.partial)
-        absent = innermost is not None and innermost not in bound and f.kind is not FormKind.ASSEMBLE
         persistent = (f.kind in (FormKind.CONTRACT, FormKind.ASSEMBLE) and not vol[f.value]
                       and not f.scope and not f.sliced and not f.partial
                       and (not consumers.get(f.id)
                            or any(vol[forms[c].value] for c in consumers[f.id])))
         cells.append(Cell(f.id, f.value, paths[f.id], f.sliced, f.partial, production,
-                          f.source, life[f.id], absent, vol[f.value], persistent))
+                          f.source, life[f.id], vol[f.value], persistent))
     return CellTable(tuple(cells), tuple(reads), order, entry_at)
 
 

@@ -7,6 +7,7 @@ and skip everything only they needed (a second, "warm" graph).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -16,9 +17,9 @@ from ..schedule.peak import folded_into, liveness, peak_profile_sweep, schedule_
 from .backends import get_backend, gpu_available
 from .cells import build_cell_table, validate
 from .engine import run_graph
-from .graph import Device
+from .graph import Device, Op
 from .lower import Lowered, lower_schedule
-from .passes import copy_roots_to_host, insert_copies, run_passes
+from .passes import bridge_arms, copy_roots_to_host, insert_copies, run_passes
 from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
                         place, run_lockstep)
 
@@ -38,11 +39,19 @@ class RoutePicker:
         g = self.graph
         arms = g.nodes[branch].inputs
         for k, exit_ in enumerate(arms):
-            dev = g.device.get(exit_, Device.CPU)
+            dev = self._device(exit_)
             if dev is Device.GPU and (not self.gpu or self._need(exit_) > self.free_gpu_bytes):
                 continue
             return k
-        return next((k for k, e in enumerate(arms) if g.device.get(e) is not Device.GPU), 0)
+        return next((k for k, e in enumerate(arms) if self._device(e) is not Device.GPU), 0)
+
+    def _device(self, exit_: int) -> Device:
+        """The device an arm runs on (an exit bridged to the merge's device by a copy runs
+        where the copy's input does)."""
+        node = self.graph.nodes[exit_]
+        if node.op is Op.COPY:
+            exit_ = node.inputs[0]
+        return self.graph.device.get(exit_, Device.CPU)
 
     def _need(self, exit_: int) -> float:
         from math import prod
@@ -111,7 +120,8 @@ class Compiled:
                              [ConvergenceOptimizer()])
                 from .runs import effective_roots
 
-                eff = effective_roots(g, roots)
+                bridge_arms(g, roots)                            # arm exits on the merge's
+                eff = effective_roots(g, roots)                  # device
                 roots = insert_copies(g, eff)[: len(roots)]      # arms are bridged too
                 roots = copy_roots_to_host(g, roots)             # results end on the host
             names = dict(zip(low.roots, roots[: len(low.roots)]))
@@ -171,6 +181,16 @@ class Compiled:
                 self.store[form] = out[node]
         return {name: _host(backends, low.graph, n, out[n])
                 for name, n in low.roots.items()}, meter
+
+
+def _host(backends, g, n: int, x):
+    """A result as a host array. A placed root is a host copy already (an op-graph node);
+    a single-device array-API run (``array_api_strict``) hands its arrays over here."""
+    if g.device_of(n) not in (None, Device.CPU):
+        raise ScheduleError(f"result n{n} was left on {g.device_of(n).value}: "
+                            f"the op graph has no copy of it to the host")
+    be = backends[Device.CPU]
+    return x if be.symbolic else be.to_host(x)
 
 
 class _Shapes:

@@ -21,6 +21,8 @@ __all__ = ["Op", "Device", "Node", "Graph", "VIEWS", "INPLACE", "BINDINGS"]
 
 
 class Op(enum.Enum):
+    """The op kinds of the graph (see the module docstring for their memory semantics)."""
+
     INPUT = "input"          # a leaf block from the caller (params: forest value)
     SLICE = "slice"          # a batch of an input, as its own array (params: index ranges)
     ZEROS = "zeros"          # a destination (params: shape)
@@ -38,6 +40,8 @@ class Op(enum.Enum):
 
 
 class Device(enum.Enum):
+    """Where an op runs and its result lives."""
+
     CPU = "cpu"
     GPU = "gpu"
 
@@ -50,6 +54,9 @@ _BUFFER_SHARING = VIEWS | INPLACE
 
 @dataclass(frozen=True)
 class Node:
+    """One op: its kind, input node ids, parameters, static shape, emission position and a
+    provenance tag."""
+
     op: Op
     inputs: tuple[int, ...]
     params: tuple = ()

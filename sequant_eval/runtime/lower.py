@@ -27,6 +27,9 @@ __all__ = ["Lowered", "lower_schedule"]
 
 @dataclass
 class Lowered:
+    """A lowered op graph: the node of each equation's result, of each kept (persistent)
+    form, and the producing node → form map."""
+
     graph: Graph
     roots: dict[str, int]                  # equation → node of its final sum
     kept: dict[int, int] = field(default_factory=dict)   # persistent form → its node

@@ -12,6 +12,7 @@
   other reader of the buffer version it overwrites; those become ordering edges.
 - ``insert_copies``: wherever a node reads a value placed on another device, one ``copy``
   per (producer, target device) is inserted and shared by every such reader.
+- ``bridge_arms``: an arm exit on another device than its merge is copied there.
 - ``copy_roots_to_host``: a root placed on a device is copied back to the host.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import replace
 from .graph import INPLACE, VIEWS, Device, Graph, Node, Op
 
 __all__ = ["Pass", "PASSES", "run_passes", "cse", "simplify", "order_inplace",
-           "insert_copies", "copy_roots_to_host"]
+           "insert_copies", "bridge_arms", "copy_roots_to_host"]
 
 Pass = Callable[[Graph, Sequence[int]], list[int]]
 
@@ -37,9 +38,11 @@ def _rewrite(g: Graph, roots: Sequence[int], visit) -> list[int]:
         inputs = tuple(remap.get(i, i) for i in node.inputs)
         new = node if inputs == node.inputs else replace(node, inputs=inputs)
         remap[n] = visit(n, new)
-    for n in list(g.after):                         # ordering edges follow rewrites too
-        deps = {remap.get(x, x) for x in g.after[n]}
-        g.after[remap.get(n, n)] = g.after.get(remap.get(n, n), set()) | deps
+    after: dict[int, set[int]] = {}                 # ordering edges follow rewrites too,
+    for n, deps in g.after.items():                 # none left on a superseded node (it
+        after.setdefault(remap.get(n, n), set()).update(remap.get(x, x) for x in deps)
+    g.after.clear()                                 # would be pulled back into the route)
+    g.after.update(after)
     for b, merge in list(g.branches.items()):      # branches follow their rewritten ends
         nb, nm = remap.get(b, b), remap.get(merge, merge)
         if (nb, nm) != (b, merge):
@@ -61,6 +64,7 @@ def _keep_or_push(g: Graph, n: int, new: Node) -> int:
 
 
 def cse(g: Graph, roots: Sequence[int]) -> list[int]:
+    """Common subexpressions folded (see the module docstring for what never is)."""
     seen: dict[tuple, int] = {}
     written = {g.owner(g.nodes[n].inputs[0], inplace=False) for n in g.order(roots)
                if g.nodes[n].op in INPLACE}          # buffers later updated in place
@@ -80,6 +84,7 @@ def cse(g: Graph, roots: Sequence[int]) -> list[int]:
 
 
 def simplify(g: Graph, roots: Sequence[int]) -> list[int]:
+    """Exact rewrites only: scale by 1, identity or composed permutations, reshapes."""
     def visit(n: int, new: Node) -> int:
         if new.op is Op.SCALE and new.params[0] == 1.0:
             return new.inputs[0]
@@ -105,6 +110,8 @@ def simplify(g: Graph, roots: Sequence[int]) -> list[int]:
 
 
 def order_inplace(g: Graph, roots: Sequence[int]) -> list[int]:
+    """Ordering edges so an in-place op runs after every other reader of the version it
+    overwrites."""
     readers: dict[int, set[int]] = {}
     order = g.order(roots)
     for n in order:
@@ -120,6 +127,8 @@ def order_inplace(g: Graph, roots: Sequence[int]) -> list[int]:
 
 
 def insert_copies(g: Graph, roots: Sequence[int]) -> list[int]:
+    """One ``copy`` per (producer, target device) wherever a node reads a value of another
+    device."""
     copies: dict[tuple[int, Device], int] = {}
 
     def visit(n: int, new: Node) -> int:
@@ -142,6 +151,38 @@ def insert_copies(g: Graph, roots: Sequence[int]) -> list[int]:
         return _keep_or_push(g, n, replace(new, inputs=tuple(inputs)))
 
     return _rewrite(g, roots, visit)
+
+
+def bridge_arms(g: Graph, roots: Sequence[int]) -> list[int]:
+    """Every branch arm hands its exit over on the device of the merge that reads it: an
+    arm exit placed elsewhere gets a ``copy`` there, which becomes the arm's exit (and the
+    merge reads arm 0's). So whichever arm is picked, the merge reads a value of its own
+    device."""
+    for b in list(g.branches):
+        node, merge = g.nodes[b], g.branches[b]
+        target = g.device.get(merge)
+        exits = []
+        for e in node.inputs:
+            if target is None or g.device_of(e) in (None, target):
+                exits.append(e)
+                continue
+            src = g.nodes[e]
+            c = g.push(Node(Op.COPY, (e,), (target.value,), src.shape, src.seq + 0.5,
+                            f"copy n{e} -> {target.value} (arm exit)"))
+            g.device[c] = target
+            exits.append(c)
+        if tuple(exits) == node.inputs:
+            continue
+        if exits[0] != node.inputs[0]:
+            g.rewrite_input(merge, node.inputs[0], exits[0])
+        del g.branches[b]
+        new = g.push(replace(node, inputs=tuple(exits)))
+        g.branches[new] = merge
+        for e, c in zip(node.inputs, exits):          # the merge waits for either arm
+            if e != c and e in g.after.get(merge, ()):
+                g.after[merge].discard(e)
+                g.after[merge].add(c)
+    return list(roots)
 
 
 def copy_roots_to_host(g: Graph, roots: Sequence[int]) -> list[int]:

@@ -65,6 +65,8 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Machine:
+    """The devices an evaluation may use, the GPU memory budget and the cost model."""
+
     gpu: bool = False
     gpu_budget: float = float("inf")      # bytes the evaluation may hold on the GPU
     cost: CostModel = field(default_factory=CostModel)
@@ -75,6 +77,7 @@ class Machine:
 
 
 def node_flops(g: Graph, n: int) -> float:
+    """Floating-point operations of one node (for the cost model)."""
     node = g.nodes[n]
     if node.op is Op.CONTRACT:
         return float(node.params[-1]) if len(node.params) > 1 else float(prod(node.shape))
@@ -183,6 +186,9 @@ def _fit_gpu_budget(g: Graph, roots: Sequence[int], machine: Machine) -> None:
 
 @dataclass
 class Context:
+    """What the lock-step driver's pathfinders and optimizers see: the machine and the near-
+    equal tolerance."""
+
     machine: Machine
     tolerance: float = 0.1           # "near-equal": within 10 % of each other
 

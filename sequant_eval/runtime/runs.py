@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .graph import BINDINGS, Device, Graph, Op
 
-__all__ = ["Run", "effective_roots", "extract_runs", "lower_run", "lower_runs_arm0",
+__all__ = ["Run", "effective_roots", "extract_runs", "lower_runs_arm0",
            "lower_picked_route", "lower_picked_route_streaming", "branch_density",
            "passes_fewness_gate", "device_alternating_order", "FEWNESS_THRESHOLD"]
 
@@ -27,6 +27,8 @@ FEWNESS_THRESHOLD = 0.05
 
 @dataclass(frozen=True)
 class Run:
+    """A maximal straight-line single-device stretch: entry, exit, members, device."""
+
     entry: int
     exit: int
     members: tuple[int, ...]
@@ -64,6 +66,8 @@ def _arm_nodes(g: Graph, roots: Sequence[int]) -> tuple[dict[int, list[set[int]]
 
 
 def extract_runs(g: Graph, roots: Sequence[int]) -> list[Run]:
+    """The runs of the graph for ``roots``, in execution order (see the module docstring for
+    where a run starts)."""
     eff = effective_roots(g, roots)
     order = [n for n in g.order(eff) if g.nodes[n].op is not Op.BRANCH]
     merges = set(g.branches.values())
@@ -101,10 +105,6 @@ def extract_runs(g: Graph, roots: Sequence[int]) -> list[Run]:
         compute = [m for m in members if g.nodes[m].op not in BINDINGS] or members
         out.append(Run(compute[0], compute[-1], tuple(members), dev))
     return out
-
-
-def lower_run(run: Run) -> tuple[int, ...]:
-    return run.members
 
 
 def _skipped(g: Graph, roots: Sequence[int], picked: Mapping[int, int]) -> set[int]:
@@ -152,6 +152,7 @@ def lower_picked_route(g: Graph, roots: Sequence[int],
 
 
 def lower_runs_arm0(g: Graph, roots: Sequence[int]) -> list[int]:
+    """The execution order with arm 0 of every branch."""
     return lower_picked_route(g, roots, {})
 
 
@@ -180,6 +181,7 @@ def lower_picked_route_streaming(g: Graph, roots: Sequence[int],
 
 
 def branch_density(g: Graph, roots: Sequence[int]) -> float:
+    """Branch nodes per live node."""
     live = g.reachable(effective_roots(g, roots))
     branches = sum(1 for n in live if g.nodes[n].op is Op.BRANCH)
     return branches / max(1, len(live))

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .analysis import ScheduleAnalysis, analyze_schedule
-from .boulevard import RichSchedule, compute_dag_boulevard
+from .boulevard import compute_dag_boulevard
+from .rich import RichSchedule
 from .forms import Form, FormKind
 from .ordered import (BuildStep, OrderedSchedule, Output, OutputKind, ScopeBlock,
                       build_ordered_schedule, well_formed)

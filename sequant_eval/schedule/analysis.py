@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from ..plan.regime import Regime
 from ..forest.values import Forest
 from ..plan.planner import BatchPlan
-from .boulevard import RichSchedule, compute_dag_boulevard
+from .boulevard import compute_dag_boulevard
+from .rich import RichSchedule
 from .flops import schedule_flops
 from .ordered import OrderedSchedule, build_ordered_schedule
 from .layouts import kernel_scratch, sum_layouts
@@ -24,6 +25,10 @@ def value_shapes(forest: Forest, extents) -> tuple[tuple[float, ...], ...]:
 
 @dataclass(frozen=True)
 class ScheduleAnalysis:
+    """Everything the schedule stage derives from a forest and a plan: the rich and ordered
+    schedules, shapes, liveness cells, static points, the peak profile, flops, sum layouts
+    and kernel scratch."""
+
     forest: Forest
     plan: BatchPlan
     rich: RichSchedule
@@ -72,6 +77,8 @@ def term_peak(forest: Forest, plan: BatchPlan):
 
 
 def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
+    """Schedule a planned forest: loop fusion, sequencing, layouts, kernel scratch, liveness
+    and the peak sweep."""
     rich = compute_dag_boulevard(forest, plan)
     ordered = build_ordered_schedule(rich)
     shapes = value_shapes(forest, plan.extents)

@@ -14,45 +14,17 @@ form is built once per batch for all its users. A fusion is refused when it woul
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop, LoopKind
 from ..plan.planner import BatchPlan
 from .forms import Form, FormKind, build_forms, drop_unread
+from .ordered import build_ordered_schedule
+from .rich import RichSchedule, readers_and_order
 
-__all__ = ["RichSchedule", "compute_dag_boulevard"]
-
-
-@dataclass(frozen=True)
-class RichSchedule:
-    forms: tuple[Form, ...]                        # canonical forms, children before parents
-    loops: dict[int, Loop]                         # surviving loop ids → loop
-    rank: tuple[int, ...]                          # per form: static point of completion
-    accumulate_rank: dict[tuple[int, int], int]    # (sum form, entry) → static point
-    readers: dict[int, tuple[tuple[int, int], ...]] = field(compare=False)  # form → (reader, leg)
-    loop_order: frozenset[tuple[int, int]] = frozenset()   # (outer, inner) pairs
-    fused: dict[int, int] = field(default_factory=dict)    # planned loop id → surviving id
-    term_results: dict[int, int] = field(default_factory=dict)  # term value → result form
-    num_points: int = 0
-
-    def first_use(self, fid: int) -> int:
-        return self.rank[fid]
-
-    def last_use(self, fid: int) -> int:
-        uses = [self._use_rank(r, leg) for r, leg in self.readers.get(fid, ())]
-        return max(uses, default=self.rank[fid])
-
-    def _use_rank(self, reader: int, leg: int) -> int:
-        if self.forms[reader].kind is FormKind.SUM:
-            return self.accumulate_rank[(reader, leg)]
-        return self.rank[reader]
-
-    def dump(self) -> str:
-        lines = [str(self.loops[l]) for l in sorted(self.loops)]
-        lines += [f"{f.describe()} @{self.rank[f.id]}" for f in self.forms]
-        return "\n".join(lines) + "\n"
+__all__ = ["compute_dag_boulevard"]
 
 
 class _UnionFind:
@@ -191,8 +163,6 @@ def _fuse(forms: list[Form], loops, accept) -> _UnionFind:
 
 
 def _sequencable(rich: RichSchedule) -> bool:
-    from .ordered import build_ordered_schedule
-
     try:
         build_ordered_schedule(rich)
     except ScheduleError:
@@ -201,6 +171,11 @@ def _sequencable(rich: RichSchedule) -> bool:
 
 
 def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
+    """The forest's forms under ``plan``, with static points and fused loop identity.
+
+    Every fusion the rules (a)-(d) allow is tried first; if the result cannot be
+    sequenced, fusions are retried one by one, each kept only when the schedule stays
+    sequencable, and failing that no loops are fused."""
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
 
@@ -260,42 +235,6 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
 
     for root in forest.roots:
         need(sums[root.value])
-    readers, order = _readers_and_order(forms)
+    readers, order = readers_and_order(forms)
     return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank, readers, order, fused,
                         term_results, counter)
-
-
-def _readers_and_order(forms: list[Form]) -> tuple[dict, frozenset]:
-    """Who reads each form (reader, leg), and the (outer, inner) loop pairs of every nest."""
-    readers: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    order: set[tuple[int, int]] = set()
-    for f in forms:
-        for leg, o in enumerate(f.operands):
-            readers[o].append((f.id, leg))
-        if f.source >= 0:
-            readers[f.source].append((f.id, 0))
-        nest = list(f.scope) + list(f.span)
-        order.update(zip(nest, nest[1:]))
-    return {k: tuple(v) for k, v in readers.items()}, frozenset(order)
-
-
-def rich_from_forms(forms: list[Form], loops: list[Loop]) -> RichSchedule:
-    """A RichSchedule from hand-written forms listed in a valid production order.
-
-    For fixtures that pin loop identity by hand (as the reference's synthetic ones do).
-    """
-    rank: list[int] = []
-    acc: dict[tuple[int, int], int] = {}
-    counter = 0
-    for f in forms:
-        if f.kind is FormKind.SUM:
-            for k in range(len(f.operands)):
-                acc[(f.id, k)] = counter
-                counter += 1
-            rank.append(acc[(f.id, 0)])
-        else:
-            rank.append(counter)
-            counter += 1
-    readers, order = _readers_and_order(forms)
-    return RichSchedule(tuple(forms), {l.id: l for l in loops}, tuple(rank), acc, readers,
-                        order, {}, {}, counter)

@@ -21,7 +21,7 @@ from ..errors import InfeasibleBudget
 from ..forest.values import Forest
 from ..plan.planner import BatchPlan, TermPlanner
 from ..plan.policy import BatchPolicy
-from ..report.text import format_bytes
+from ..units import format_bytes
 from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
 
 __all__ = ["fit_forest", "minimum_budget", "lower_bound"]

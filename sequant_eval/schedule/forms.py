@@ -19,6 +19,9 @@ __all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread"]
 
 
 class FormKind(enum.Enum):
+    """What a form is: a leaf block, a contraction, an equation's sum, or a value assembled
+    after a block."""
+
     LEAF = "leaf"            # a block (or batch slice) of an input tensor
     CONTRACT = "contract"    # a binary contraction, built by a BuildStep
     SUM = "sum"              # an equation (or operator group) sum, built entry by entry
@@ -27,6 +30,9 @@ class FormKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Form:
+    """A value as it exists in a nest: sliced on modes by loops, partial over loops that sum
+    into it, built in the scope of its loops."""
+
     id: int
     kind: FormKind
     value: int                            # forest value id

@@ -13,13 +13,15 @@ import enum
 from dataclasses import dataclass
 
 from ..plan.loops import LoopKind
-from .boulevard import RichSchedule
+from .rich import RichSchedule
 from .forms import FormKind
 
 __all__ = ["Role", "FormLegality", "LegalitySchedule", "analyze_legality"]
 
 
 class Role(enum.Enum):
+    """How a built form relates to one loop around it or its readers."""
+
     LOOP_LOCAL = "LL"
     REDUCTION = "R"
     LOOP_CARRIED = "LC"
@@ -28,6 +30,8 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True)
 class FormLegality:
+    """The roles of one built form per loop, its home floor and forced split axes."""
+
     form: int                                  # a built form (contraction, leaf or sum)
     value: int
     per_axis: tuple[tuple[int, Role], ...]     # (loop id, role), loops in id order
@@ -41,15 +45,9 @@ class FormLegality:
 
 @dataclass(frozen=True)
 class LegalitySchedule:
-    cells: dict[int, FormLegality]             # built form id → legality
+    """Legality of every built form (form id → FormLegality)."""
 
-    def roles_of_value(self, value: int) -> dict[int, set[Role]]:
-        out: dict[int, set[Role]] = {}
-        for cell in self.cells.values():
-            if cell.value == value:
-                for loop, role in cell.per_axis:
-                    out.setdefault(loop, set()).add(role)
-        return out
+    cells: dict[int, FormLegality]             # built form id → legality
 
     def dump(self) -> str:
         lines = []
@@ -61,6 +59,8 @@ class LegalitySchedule:
 
 
 def analyze_legality(rich: RichSchedule) -> LegalitySchedule:
+    """Per (built form, loop) role — LoopLocal, Reduction, LoopCarried, LoopInvariant — with
+    home floors."""
     forms = rich.forms
     chain_of: dict[int, list[int]] = {}
     for f in forms:

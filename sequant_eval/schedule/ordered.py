@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ScheduleError
 from ..plan.loops import LoopKind
-from .boulevard import RichSchedule
+from .rich import RichSchedule
 from .forms import FormKind
 
 __all__ = ["OutputKind", "BuildStep", "Output", "ScopeBlock", "OrderedSchedule",
@@ -30,24 +30,33 @@ Path = tuple[tuple[int, int], ...]      # ((loop id, pass), ...) from the root
 
 
 class OutputKind(enum.Enum):
+    """How a block's batches leave it: summed into a destination, or scattered into it."""
+
     ACCUMULATE_SUM = "sum"
     ACCUMULATE_SCATTER = "scatter"
 
 
 @dataclass(frozen=True)
 class BuildStep:
+    """One step of a block: build a form (for a sum, accumulate its entry ``entry``)."""
+
     form: int
     entry: int = -1          # SUM forms: which entry this step accumulates
 
 
 @dataclass(frozen=True)
 class Output:
+    """A value a block assembles from its batches (an ASSEMBLE form) and how."""
+
     form: int                # the ASSEMBLE form this block's batches build
     kind: OutputKind
 
 
 @dataclass(frozen=True)
 class ScopeBlock:
+    """A loop block (the root block has ``loop`` -1): its ordered steps and nested blocks,
+    and the outputs its batches assemble."""
+
     loop: int                                # -1 for the root
     axis: str                                # the loop's space ("" at the root)
     kind: LoopKind | None
@@ -70,6 +79,9 @@ class ScopeBlock:
 
 @dataclass(frozen=True)
 class OrderedSchedule:
+    """The ordered tree of scope blocks over a RichSchedule: the schedule the runtime lowers
+    and the peak analysis sweeps."""
+
     root: ScopeBlock
     rich: RichSchedule
 
@@ -136,6 +148,9 @@ class _Node:
 
 
 def build_ordered_schedule(rich: RichSchedule) -> OrderedSchedule:
+    """The sequencer: forms placed in block paths of (loop, pass), steps in each block
+    ordered by a topological sort of their dependencies (ties: static point), escapes as
+    block outputs. Raises ScheduleError when a block would need its own output."""
     forms = rich.forms
     paths = form_paths(rich)
     root = _Node(())

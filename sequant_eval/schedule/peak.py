@@ -18,12 +18,15 @@ from ..plan.regime import footprint_bytes
 from .forms import Form, FormKind
 from .ordered import OrderedSchedule, ScopeBlock
 
-__all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness",
+__all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
            "peak_profile_sweep", "peak_profile_replay", "footprint", "transients"]
 
 
 @dataclass(frozen=True)
 class Point:
+    """A static point of the ordered schedule: a block opening or closing, a build, or an
+    escape."""
+
     kind: str            # open | build | escape | close
     path: tuple          # block path ((loop, pass), ...)
     form: int = -1       # build/escape: the form built or assembled
@@ -32,6 +35,8 @@ class Point:
 
 @dataclass(frozen=True)
 class Liveness:
+    """One form's footprint and the static points it is live over (inclusive)."""
+
     form: int
     footprint: int       # bytes, sliced modes at block extent
     first: int           # first static point it is live at (inclusive)
@@ -40,6 +45,9 @@ class Liveness:
 
 @dataclass(frozen=True)
 class PeakProfile:
+    """The peak of a schedule: its bytes, the point where it is reached, the forms live
+    there."""
+
     peak_bytes: int
     binding_point: int
     live_at_binding: tuple[int, ...]
@@ -50,6 +58,7 @@ class PeakProfile:
 
 
 def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> int:
+    """Bytes of a form: its value's shape with sliced modes at the loop's block extent."""
     shape = list(shapes[form.value])
     for pos, lid in form.sliced:
         shape[pos] = min(loops[lid].block, shape[pos])
@@ -57,6 +66,7 @@ def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> i
 
 
 def schedule_points(sched: OrderedSchedule) -> list[Point]:
+    """The static points of an ordered schedule, in execution order."""
     points: list[Point] = []
 
     def visit(block: ScopeBlock, path: tuple) -> None:
@@ -234,19 +244,27 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
     return out
 
 
-def peak_profile_sweep(cells: list[Liveness], num_points: int,
-                       transient: dict[int, int] | None = None) -> PeakProfile:
-    """Interval-event sweep: +footprint at ``first``, -footprint after ``last``; a
-    ``transient`` (point → bytes) counts at its point only."""
+def live_bytes(cells: list[Liveness], num_points: int) -> list[int]:
+    """Bytes live at every static point: +footprint at ``first``, -footprint after
+    ``last`` (transients aside)."""
     delta = [0] * (num_points + 1)
     for c in cells:
         delta[c.first] += c.footprint
         delta[c.last + 1] -= c.footprint
-    transient = transient or {}
-    live = best = 0
-    at = 0
+    out, running = [], 0
     for k in range(num_points):
-        live += delta[k]
+        running += delta[k]
+        out.append(running)
+    return out
+
+
+def peak_profile_sweep(cells: list[Liveness], num_points: int,
+                       transient: dict[int, int] | None = None) -> PeakProfile:
+    """Interval-event sweep over ``live_bytes``; a ``transient`` (point → bytes) counts at
+    its point only."""
+    transient = transient or {}
+    best = at = 0
+    for k, live in enumerate(live_bytes(cells, num_points)):
         if live + transient.get(k, 0) > best:
             best, at = live + transient.get(k, 0), k
     return PeakProfile(best, at, tuple(sorted(c.form for c in cells if c.first <= at <= c.last)))

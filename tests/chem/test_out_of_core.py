@@ -10,6 +10,7 @@ package's ``water`` (``chem/molecules.py``).
 from __future__ import annotations
 
 import gc
+import json
 import re
 import tracemalloc
 import weakref
@@ -132,8 +133,9 @@ def test_spin_orbital_ccsd_from_disk_matches_in_memory(water_631g, tmp_path, mon
 def test_budget_below_the_held_amplitudes_is_refused(water_631g, tmp_path):
     """A budget the amplitudes alone exceed is refused before anything is written, naming
     the out-of-core iteration; a missing folder is a usage error."""
-    with pytest.raises(InfeasibleBudget, match="out-of-core CCSD iteration"):
+    with pytest.raises(InfeasibleBudget, match="out-of-core CCSD iteration") as info:
         CCSD(water_631g, spin_orbital=True, budget=1000, integrals_on_disk=tmp_path)
+    assert info.value.minimum > 1000 and f"{int(info.value.minimum)} B" in str(info.value)
     assert not list(tmp_path.iterdir())
     with pytest.raises(UsageError, match="does not exist"):
         CCSD(water_631g, spin_orbital=True, integrals_on_disk=tmp_path / "missing")
@@ -185,12 +187,33 @@ def test_orbital_denominators_divide_like_the_whole_array():
 def test_cli_integrals_on_disk(tmp_path, capsys):
     """Oracle: PySCF GCCSD on water/STO-3G (-0.04943856 Eh); the command names the file,
     the iteration budget and the peak RSS growth since its SCF."""
+    out = tmp_path / "ccsd.json"
     assert main(["ccsd", "--basis", "sto-3g", "--spin-orbital", "--budget", "80%",
-                 "--integrals-on-disk", str(tmp_path)]) == 0
+                 "--integrals-on-disk", str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert re.search(r"E\(corr\)\s+= -0\.04943856\d+ Eh", text)
     assert "integrals on disk: " in text and "iteration budget" in text
     assert list(tmp_path.glob("integrals-*.h5"))
+    data = json.loads(out.read_text())
+    mem = data["memory"]
+    assert data["integrals_on_disk"].endswith(".h5")
+    assert mem["budget_bytes"] + mem["held_bytes"] == pytest.approx(mem["iteration_budget_bytes"])
+    assert mem["predicted_peak_bytes"] <= mem["budget_bytes"]
     assert main(["ccsd", "--basis", "sto-3g", "--integrals-on-disk",
                  str(tmp_path / "nope")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_open_shell_reference_from_disk(tmp_path):
+    """Oracle: the in-memory spin-orbital CCSD of the same UHF (OH radical, STO-3G;
+    generalized spin orbitals), unbatched, to 1e-10."""
+    from pyscf import gto
+
+    mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0))
+    mf.conv_tol = 1e-12
+    mf.kernel()
+    ref = CCSD(mf, **TIGHT).run()
+    cc = CCSD(mf, integrals_on_disk=tmp_path, **TIGHT).run()
+    cc.close()
+    assert cc.spin_orbital and cc.converged and ref.converged
+    assert abs(cc.e_corr - ref.e_corr) < 1e-10

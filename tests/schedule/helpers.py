@@ -57,6 +57,6 @@ def forms_of(analysis, kind: FormKind, tensor: str | None = None):
 
 
 def rich_by_hand(forms, loops):
-    from sequant_eval.schedule.boulevard import rich_from_forms
+    from sequant_eval.schedule.rich import rich_from_forms
 
     return rich_from_forms(forms, loops)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from sequant_eval.schedule import snapshots
+from sequant_eval.checkout import load_tool
 from sequant_eval.schedule.peak import peak_profile_replay
+
+snapshots = load_tool("snapshots")       # tools/snapshots.py
 
 
 @pytest.mark.parametrize("name", snapshots.names())

@@ -3,40 +3,30 @@
 Any change to planning or sequencing shows up as a diff of these files. Regenerate them
 deliberately with ``sequant-eval snapshots --update`` and review the diff.
 
-A development command: the stored dumps (``schedules/``) and the water-20 inputs
-(``data/water20/``) live in the source checkout, not in an installed wheel. The checkout is
-the one this package was installed from in editable mode, or else the current directory;
-outside a checkout the command says so (and never writes into site-packages).
+A development tool of the source checkout, not part of the library: the stored dumps
+(``schedules/``) and the water-20 inputs (``data/water20/``) live here, beside it. The
+``sequant-eval snapshots`` command loads this file from the checkout
+(``sequant_eval.checkout``); outside a checkout the command says so.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import UsageError
-from ..expr import Index, parse
-from ..forest import build_forest
-from ..plan import BatchPlan, BatchPolicy, Loop, LoopKind, Open, plan_forest, stamp_plan
-from .analysis import analyze_schedule, term_peak
-from .dump import dump_analysis
+from sequant_eval.errors import UsageError
+from sequant_eval.expr import Index, parse
+from sequant_eval.forest import build_forest
+from sequant_eval.plan import (BatchPlan, BatchPolicy, Loop, LoopKind, Open, plan_forest,
+                               stamp_plan)
+from sequant_eval.schedule.analysis import analyze_schedule, term_peak
+from sequant_eval.schedule.dump import dump_analysis
 
 __all__ = ["CONFIGS", "render", "check", "update", "source_root"]
 
 
-def _is_checkout(root: Path) -> bool:
-    return ((root / "pyproject.toml").is_file() and (root / "schedules").is_dir()
-            and (root / "data" / "water20").is_dir())
-
-
 def source_root() -> Path:
-    """The source checkout holding ``schedules/`` and ``data/water20/``."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd().resolve()):
-        if _is_checkout(root):
-            return root
-    raise UsageError("snapshots is a development command: it needs a source checkout of "
-                     "sequant-eval (schedules/ and data/water20/), which an installed wheel "
-                     "does not carry; run it from the repository root, or install the "
-                     "checkout editable (pip install -e .)")
+    """The checkout this file belongs to (``schedules/``, ``data/water20/``)."""
+    return Path(__file__).resolve().parents[1]
 
 
 def _planned(text: str, extents: dict, policy: BatchPolicy):
@@ -58,40 +48,40 @@ def _stamped(text: str, extents: dict, policy: BatchPolicy, spec: dict):
 
 
 def _fraction(text: str, extents: dict, fraction: float):
-    from ..api import analyze
+    from sequant_eval.api import analyze
 
     top = analyze(text, extents).peak_bytes
     return _planned(text, extents, BatchPolicy.everything(top * fraction, extents))
 
 
 def _half(text: str, extents: dict, **policy):
-    from ..api import analyze
+    from sequant_eval.api import analyze
 
     top = analyze(text, extents).peak_bytes
     return _planned(text, extents, BatchPolicy(budget=top // 2, **policy))
 
 
 def _water20(policy: BatchPolicy):
-    from ..plan.regime import load_regime
+    from sequant_eval.plan.regime import load_regime
 
     root = source_root() / "data/water20"
     regime = load_regime(root / "regime.json")
     text = (root / "csv_ccsd_doubles_residual_df.txt").read_text(encoding="utf-8")
     forest = build_forest(parse(text), regime)
-    from .budget import fit_forest
+    from sequant_eval.schedule.budget import fit_forest
 
     return fit_forest(forest, regime, policy)
 
 
 def _ccsd(fraction: float):
-    from ..chem.equations import ccsd_text
+    from sequant_eval.chem.equations import ccsd_text
 
     return _fraction(ccsd_text(), {"i": 10, "a": 38}, fraction)
 
 
 def _smallest(text: str, extents: dict, **policy):
     """Planned at the smallest budget the planner can meet (named by InfeasibleBudget)."""
-    from ..errors import InfeasibleBudget
+    from sequant_eval.errors import InfeasibleBudget
 
     try:
         return _planned(text, extents, BatchPolicy(budget=1, **policy))
@@ -107,10 +97,10 @@ def _water20_energy():
 
 def _hand(kind: LoopKind, rows: list[tuple]) -> str:
     """A hand-built schedule (loop identity pinned), dumped without a forest."""
-    from .boulevard import rich_from_forms
-    from .forms import Form, FormKind
-    from .ordered import build_ordered_schedule
-    from .dump import dump_schedule
+    from sequant_eval.schedule.rich import rich_from_forms
+    from sequant_eval.schedule.dump import dump_schedule
+    from sequant_eval.schedule.forms import Form, FormKind
+    from sequant_eval.schedule.ordered import build_ordered_schedule
 
     forms = [Form(k, FormKind(kd), v, 0, tuple(sl), tuple(pa), tuple(sc), tuple(ops), src, via)
              for k, (kd, v, sl, pa, sc, ops, src, via) in enumerate(rows)]
