@@ -114,8 +114,8 @@ class Evaluator:
         self.persist = persist
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())))
-        budget = parse_budget(budget) if budget is not None else None
-        self._share = budget if isinstance(budget, BudgetShare) else None
+        parsed = parse_budget(budget) if budget is not None else None   # refuses bad text
+        self._share = parsed if isinstance(parsed, BudgetShare) else None
         if self._share is not None:       # "25%" of the unbatched peak (at 8-byte elements
             budget = self._share.of(self._unbatched_peak(8))   # until the inputs say more)
         self.policy = resolve_policy(budget, policy, self.extents)

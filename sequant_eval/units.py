@@ -1,7 +1,7 @@
 """Human-readable units for byte counts and flops (a bottom layer: any stage may use it)."""
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_flops"]
+__all__ = ["format_bytes", "format_budget", "format_flops"]
 
 
 def format_bytes(n: float) -> str:
@@ -11,6 +11,13 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return f"{n:.2f} TiB"
+
+
+def format_budget(given, n: float) -> str:
+    """A budget in the unit it was given in and in binary units: ``'25GB' = 23.28 GiB
+    (25000000000 B)``; a number of bytes shows as ``23.28 GiB (25000000000 B)``."""
+    shown = f"{format_bytes(n)} ({n:.0f} B)"
+    return f"{given.strip()!r} = {shown}" if isinstance(given, str) else shown
 
 
 def format_flops(n: float) -> str:

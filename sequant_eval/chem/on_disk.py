@@ -27,8 +27,9 @@ import numpy as np
 from sequant_eval.errors import MissingTensor, SequantEvalError, UsageError
 
 from .integrals import _sub_block
+from .process_memory import release_free_memory
 
-__all__ = ["IntegralFile", "integral_blocks", "release_free_memory", "DEFAULT_SLAB_BYTES"]
+__all__ = ["IntegralFile", "integral_blocks", "DEFAULT_SLAB_BYTES"]
 
 #: The writer's slab: at most this many bytes of one block are computed at a time.
 DEFAULT_SLAB_BYTES = 32 << 20
@@ -46,28 +47,6 @@ def integral_blocks(equations, extents: Mapping[str, int],
     forest = Evaluator(equations, extents).forest
     return tuple(sorted({(v.tensor, tuple(v.spaces)) for v in forest.values
                          if v.kind is ValueKind.LEAF and v.tensor in wanted}))
-
-
-def release_free_memory() -> None:
-    """Hand freed heap memory back to the system (glibc ``malloc_trim``; elsewhere a no-op).
-
-    Slabs and batches of a few MiB fall below glibc's adaptive mmap threshold and come
-    from the heap, which keeps their pages when they are freed: without this the process
-    stays at the writer's peak, and later allocations fragment around it."""
-    import ctypes
-    import ctypes.util
-
-    global _TRIM
-    if _TRIM is None:
-        try:
-            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _TRIM = False
-    if _TRIM:
-        _TRIM(0)
-
-
-_TRIM = None
 
 
 def _dataset_name(tensor: str, spaces: tuple[str, ...]) -> str:

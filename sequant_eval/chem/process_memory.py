@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RSSWatch", "rss_bytes", "peak_rss_bytes"]
+__all__ = ["RSSWatch", "rss_bytes", "peak_rss_bytes", "map_large_allocations",
+           "release_free_memory"]
 
 
 def _status(field: str) -> int | None:
@@ -33,6 +34,41 @@ def rss_bytes() -> int | None:
 def peak_rss_bytes() -> int | None:
     """The resident set's high-water mark (``VmHWM``), bytes."""
     return _status("VmHWM")
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC = lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else False
+        except OSError:
+            _LIBC = False
+    return _LIBC
+
+
+_LIBC = None
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_allocations(threshold: int = 1 << 20) -> bool:
+    """Have glibc map every allocation of ``threshold`` bytes or more on its own
+    (``mallopt(M_MMAP_THRESHOLD)``; it also stops glibc raising the threshold as large
+    blocks are freed), so a freed array leaves the resident set at once instead of staying
+    in the heap for later, differently sized batches to fragment around. Process-wide;
+    returns whether it was set (False off glibc)."""
+    lib = _libc()
+    return bool(lib) and bool(lib.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+
+
+def release_free_memory() -> None:
+    """Hand freed heap memory back to the system (glibc ``malloc_trim``; else a no-op)."""
+    lib = _libc()
+    if lib:
+        lib.malloc_trim(0)
 
 
 @dataclass

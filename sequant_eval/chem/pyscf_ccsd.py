@@ -43,6 +43,7 @@ from .ccsd import residual_function
 from .closed_shell import ClosedShellIntegrals
 from .equations import ccsd_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
+from .process_memory import map_large_allocations, release_free_memory
 from .solver import (CCResult, HDF5DIIS, IterationRecord, denominators, mp2_guess,
                      orbital_denominators, solve_cc)
 
@@ -153,6 +154,8 @@ class CCSD:
         if self.integrals_on_disk is None:
             return ints
         from .on_disk import DEFAULT_SLAB_BYTES, IntegralFile, integral_blocks
+
+        map_large_allocations()     # freed slabs and batches leave the resident set at once
 
         total, held = self._iteration_budget(ints.extents), self._held(ints)
         if total is not None and total <= held:         # refused before writing anything
@@ -302,8 +305,6 @@ class CCSD:
 
         def on_iteration(record: IterationRecord, _t) -> None:
             if self.out_of_core:            # the residual's freed batches back to the system
-                from .on_disk import release_free_memory
-
                 release_free_memory()
             now = time.perf_counter()
             if self.callback is not None:

@@ -463,6 +463,6 @@ def mp2_guess(ints: Any) -> Amplitudes:
     Memory: the ``t2`` array and one slab of ``D2``.
     """
     d = orbital_denominators(ints)
-    t2 = np.array(ints.eri(("a", "a", "i", "i")), dtype=np.float64, order="C")
+    t2 = _own(ints.eri(("a", "a", "i", "i")))      # a fresh read is used as is
     d.divide("t2", t2)
     return {"t1": np.zeros(d.shapes["t1"]), "t2": t2}

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import InfeasibleBudget
 from ..forest.values import Forest, TermTree
-from ..units import format_bytes
+from ..units import format_budget, format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
 from .policy import BatchPolicy
@@ -184,7 +184,7 @@ class TermPlanner:
         if worst is not None:
             need = max([worst[0]] + [t.min_peak_bytes for t in terms])
             raise InfeasibleBudget(
-                f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest "
+                f"budget {format_budget(self.policy.budget, budget)} is below the smallest "
                 f"feasible plan {format_bytes(need)} ({need} B): {worst[1]} needs "
                 f"{format_bytes(worst[0])} even batched", budget, need)
         return BatchPlan(self.policy, self.extents, tuple(terms), tuple(loops))

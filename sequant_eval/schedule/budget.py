@@ -21,7 +21,7 @@ from ..errors import InfeasibleBudget
 from ..forest.values import Forest
 from ..plan.planner import BatchPlan, TermPlanner
 from ..plan.policy import BatchPolicy
-from ..units import format_bytes
+from ..units import format_budget, format_bytes
 from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
 
 __all__ = ["fit_forest", "minimum_budget", "lower_bound"]
@@ -170,7 +170,7 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
             return found
     if budget < floor:                    # hopeless: refused at once, minimum on demand
         raise InfeasibleBudget(
-            f"budget {format_bytes(budget)} ({budget:.0f} B) is below {format_bytes(floor)} "
+            f"budget {format_budget(policy.budget, budget)} is below {format_bytes(floor)} "
             f"({floor} B), what the equation results alone hold at the end; the smallest "
             f"feasible budget is InfeasibleBudget.minimum (or se.min_budget)", budget,
             lambda: minimum_budget(forest, extents, policy)[0])
@@ -181,6 +181,6 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     where = forest.trees[term].where if term is not None else "the equation sums"
     why = f"at the smallest the peak is reached while evaluating {where}"
     raise InfeasibleBudget(
-        f"budget {format_bytes(budget)} ({budget:.0f} B) is below the smallest forest peak the "
+        f"budget {format_budget(policy.budget, budget)} is below the smallest forest peak the "
         f"planner can meet, {format_bytes(need)} ({need} B); {why}. Raise the budget to at "
         f"least {need} B, or allow finer blocks (BatchPolicy(block=...))", budget, need)
