@@ -101,6 +101,9 @@ class Evaluator:
                  policy: BatchPolicy | None = None, persist: bool = False,
                  progress=None, gpu_budget: float = float("inf"),
                  volatile: Sequence[str] | None = None) -> None:
+        if progress is not None and not callable(progress):
+            raise InputTypeError(f"progress must be a callable progress(what, done, total), "
+                                 f"got {type(progress).__name__} {progress!r}")
         self.progress = progress
         self.last_meter = None          # the Meter of the latest evaluation
         self.gpu_budget = gpu_budget
@@ -176,8 +179,8 @@ class Evaluator:
         return (results, meter) if return_meter else results
 
     def _check_kept(self, program, tensors: Mapping[str, object]) -> None:
-        """Kept intermediates are dropped (rebuilt) when a non-volatile input changed:
-        another object, another shape, or other values at a strided sample of elements."""
+        """Kept intermediates are dropped (rebuilt) when a non-volatile input changed (see
+        ``_fingerprint``: NumPy arrays by content, providers always)."""
         volatile = self.policy.volatile
         prints = {name: _fingerprint(t) for name, t in sorted(tensors.items())
                   if name not in volatile}
@@ -201,16 +204,23 @@ class Evaluator:
 
 
 def _fingerprint(given) -> tuple:
-    """Identity, shape and a strided sample of the values (cheap: at most 4096 elements)."""
+    """What identifies a non-volatile input between evaluations: a NumPy array by a digest
+    of all its bytes (any change is seen); a provider never matches (what it returns is
+    unknown, so nothing read from it is kept); another array-like (h5py, zarr, memmap) by
+    identity and shape (data on disk is taken as unchanged while the object is the same)."""
+    import hashlib
+
     import numpy as np
 
     if isinstance(given, Mapping):
         return tuple((k, _fingerprint(v)) for k, v in sorted(given.items(), key=repr))
-    shape = tuple(getattr(given, "shape", ()))
-    if not shape or not hasattr(given, "__getitem__"):
-        return (id(given), shape)
-    flat = np.asarray(given[tuple(slice(None, None, max(1, n // 16)) for n in shape)])
-    return (id(given), shape, flat.ravel()[:4096].tobytes())
+    if isinstance(given, np.ndarray):
+        data = np.ascontiguousarray(given)
+        return ("array", given.shape, str(given.dtype),
+                hashlib.blake2b(data.view(np.uint8).reshape(-1), digest_size=16).digest())
+    if callable(given) and not hasattr(given, "shape"):
+        return ("provider", object())             # equal to nothing: always rebuilt
+    return ("array-like", id(given), tuple(getattr(given, "shape", ())))
 
 
 @lru_cache(maxsize=16)
@@ -222,7 +232,8 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
-             gpu_budget: float = float("inf"), progress=None, return_meter: bool = False):
+             gpu_budget: float = float("inf"), progress=None, return_meter: bool = False,
+             persist: bool = False, volatile: Sequence[str] | None = None):
     """Evaluate equations; returns ``{equation name: NumPy array}`` (axes in result slot
     order), whatever the backend.
 
@@ -241,8 +252,9 @@ def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
     of the unbatched peak) or a policy the evaluation runs batched so that its peak memory
     stays within the budget; an infeasible budget raises InfeasibleBudget before any work.
     ``backend``: numpy, cupy, auto, array_api_strict or dryrun (shapes only)."""
-    return Evaluator(eqs, extents, budget, policy, progress=progress,
-                     gpu_budget=gpu_budget).evaluate(tensors, backend, return_meter)
+    return Evaluator(eqs, extents, budget, policy, persist=persist, progress=progress,
+                     gpu_budget=gpu_budget, volatile=volatile).evaluate(tensors, backend,
+                                                                        return_meter)
 
 
 def analyze(eqs, extents: Mapping[str, int], budget=None,
@@ -257,6 +269,9 @@ def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = Non
     It depends on the policy's batchable spaces and block sizes (default: every space, in
     both roles, default blocks), never on a budget; any budget at or above it fits."""
     ev = Evaluator(eqs, extents)
+    if policy is not None and not isinstance(policy, BatchPolicy):
+        raise PolicyError(f"policy must be a se.BatchPolicy, got {type(policy).__name__} "
+                          f"{policy!r}; a budget is not needed here")
     policy = policy if policy is not None else BatchPolicy.everything(None, ev.extents)
     policy.check(ev.regime)
     return minimum_budget(ev.forest, ev.regime, policy)[0]

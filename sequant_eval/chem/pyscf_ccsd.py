@@ -251,22 +251,22 @@ class CCSD:
 
     def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None,
                     held: int | None = None, extents: dict[str, int] | None = None):
-        """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` is the
-        residual's smallest feasible budget plus :attr:`held_bytes`."""
+        """InfeasibleBudget for the whole out-of-core iteration; its ``minimum`` (searched
+        when read) is the residual's smallest feasible budget plus :attr:`held_bytes`."""
         from ..api import min_budget
         from ..report.text import format_bytes
 
         held = self.held_bytes if held is None else held
         ext = self.integrals.extents if extents is None else extents
         policy = BatchPolicy.everything(None, ext, volatile=("t1", "t2", "u2"))
-        least = (err.minimum if err is not None else min_budget(self.equations, ext, policy)) \
-            + held
+        least = (lambda: err.minimum + held) if err is not None else (
+            lambda: min_budget(self.equations, ext, policy) + held)      # read on demand
         return InfeasibleBudget(
             f"budget {format_bytes(total)} ({int(total)} B) for the out-of-core CCSD "
             f"iteration leaves {format_bytes(max(rest, 0))} for the residual once the "
             f"amplitudes and DIIS buffers the solver holds ({format_bytes(held)}) are "
-            f"charged; the smallest that works is {format_bytes(least)} ({int(least)} B): "
-            f"raise the budget to at least that", total, least)
+            f"charged; the smallest that works is the residual's smallest feasible budget "
+            f"(se.min_budget) plus {held} B (InfeasibleBudget.minimum)", total, least)
 
     def residual(self, t1: np.ndarray, t2: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """``(E, R1, R2)`` at amplitudes in PySCF layout; the residuals in PySCF layout too

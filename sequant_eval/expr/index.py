@@ -54,13 +54,21 @@ def check_extents(extents: Mapping[str, int]) -> dict[str, int]:
     """Validate a space → extent mapping and return it as an ordered dict."""
     from ..errors import UnknownSpace
 
+    import numbers
+
+    if not isinstance(extents, Mapping):
+        raise UnknownSpace(f"extents must map space names to integers, e.g. {{'i': 10, "
+                           f"'a': 38}}, got {type(extents).__name__} {extents!r}")
     out: dict[str, int] = {}
     for name, extent in extents.items():
         if not isinstance(name, str) or not name:
             raise UnknownSpace(f"space names must be non-empty strings, got {name!r}")
+        if isinstance(extent, bool) or not isinstance(extent, numbers.Real):
+            raise UnknownSpace(f"extent of space {name!r} must be a positive integer, got "
+                               f"{extent!r}")
         try:
             value = int(extent)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise UnknownSpace(f"extent of space {name!r} must be an integer, got {extent!r}") from None
         if value != extent or value < 1:
             raise UnknownSpace(f"extent of space {name!r} must be a positive integer, got {extent!r}")

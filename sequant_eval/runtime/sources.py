@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputTypeError, MissingTensor, ShapeMismatch, UnsupportedFeature
+from ..errors import (InputTypeError, MissingTensor, SequantEvalError, ShapeMismatch,
+                      UnsupportedFeature)
 from ..forest.values import Forest, ValueKind
 
 __all__ = ["TensorSource", "LeafReader"]
@@ -74,6 +75,10 @@ class TensorSource:
             raise InputTypeError(
                 f"tensors must be a mapping from tensor name to an array, a mapping of "
                 f"blocks or a provider, got {type(tensors).__name__}")
+        bad = [k for k in tensors if not isinstance(k, str)]
+        if bad:
+            raise InputTypeError(f"tensor names must be strings, got {bad[0]!r} "
+                                 f"({type(bad[0]).__name__})")
         self.forest = forest
         self.tensors = tensors
         self.extents = dict(extents)
@@ -187,8 +192,39 @@ class TensorSource:
                                                       for b, (lo, hi) in zip(o, r))]
         else:
             read = self._provider(name, spaces, shape, given)
-        self._readers[vid] = LeafReader(name, spaces, shape, read)
+        self._readers[vid] = LeafReader(name, spaces, shape, self._checked(name, spaces, read))
         return self._readers[vid]
+
+    def _checked(self, name: str, spaces: tuple[str, ...],
+                 read: Callable[[Ranges], object]) -> Callable[[Ranges], object]:
+        """Every read, whatever the source: failures typed (the original chained), the
+        shape of what came back checked against the request, its elements numeric and
+        cast to the evaluation's dtype where that loses nothing."""
+        def checked(r: Ranges):
+            request = f" (asked for ranges {list(r)})"
+            try:
+                out = read(r)
+            except SequantEvalError:
+                raise
+            except Exception as err:
+                raise MissingTensor(
+                    f"reading block {spaces} of tensor {name!r} failed{request}: "
+                    f"{type(err).__name__}: {err}") from err
+            self._check_shape(name, spaces, out, "block", tuple(hi - lo for lo, hi in r),
+                              f" as read{request}")
+            dt = np.dtype(getattr(out, "dtype", np.float64))
+            want = self.dtype()
+            if dt == want:
+                return out
+            if dt.kind not in "iufc" or not np.can_cast(dt, want, "same_kind"):
+                raise InputTypeError(
+                    f"block {spaces} of tensor {name!r} came back as {dt}, but the evaluation "
+                    f"runs in {want} (the type of the arrays given); give that tensor's blocks "
+                    f"as {want} — or, for complex data, give at least one tensor as a complex "
+                    f"array")
+            return np.asarray(out, dtype=want)
+
+        return checked
 
     def _provider(self, name: str, spaces: tuple[str, ...], shape: tuple[int, ...],
                   fn: Callable) -> Callable[[Ranges], object]:
@@ -203,14 +239,11 @@ class TensorSource:
                     f"plan reads block {spaces} in batches{request}; give it a second "
                     f"parameter `ranges` and return that sub-block")
             try:
-                out = fn(spaces, r) if ranged else fn(spaces)
+                return fn(spaces, r) if ranged else fn(spaces)
             except Exception as err:
                 raise MissingTensor(
                     f"the provider of tensor {name!r} failed for block {spaces}{request}: "
                     f"{type(err).__name__}: {err}") from err
-            self._check_shape(name, spaces, out, "block", tuple(hi - lo for lo, hi in r),
-                              f" from its provider{request}")
-            return out
 
         return read
 
@@ -218,8 +251,13 @@ class TensorSource:
         """The evaluation's element type: the NumPy result type of every array given (at
         least float32; integers promote to float64). Providers are not asked in advance:
         with providers only it is float64. Object, string and boolean arrays are refused."""
+        if getattr(self, "_dtype", None) is None:
+            self._dtype = self._result_dtype()
+        return self._dtype
+
+    def _result_dtype(self) -> np.dtype:
         kinds = []
-        for name, given in sorted(self.tensors.items()):
+        for name, given in sorted(self.tensors.items(), key=lambda kv: str(kv[0])):
             arrays = list(given.values()) if isinstance(given, Mapping) else (
                 [given] if _is_arraylike(given) else [])
             for a in arrays:

@@ -115,3 +115,56 @@ def test_the_meter_is_reachable_without_changing_the_return_type():
     assert ev.last_meter.peak_bytes == ev.analyze().peak_bytes
     out, meter = se.evaluate(TEXT, t, EXT, return_meter=True)
     assert meter.peak_bytes > 0
+
+
+def test_a_one_element_change_or_a_provider_is_never_served_stale():
+    """Probe cases: a change between sample points, and a provider whose values change."""
+    text = "R{i_1;i_2} = g{i_1;i_3} * g{i_3;i_4} * t{i_4;i_2}"
+    rng = np.random.default_rng(4)
+    g, t = rng.standard_normal((40, 40)), rng.standard_normal((40, 40))
+    ev = se.Evaluator(text, {"i": 40}, persist=True, volatile=("t",))
+    ev.evaluate({"g": g, "t": t})
+    g[1, 1] += 1000.0
+    np.testing.assert_allclose(ev.evaluate({"g": g, "t": t})["R"], g @ g @ t, rtol=1e-12)
+    scale = {"k": 1.0}
+    prov = lambda spaces, r: scale["k"] * g[r[0][0]:r[0][1], r[1][0]:r[1][1]]
+    ev.evaluate({"g": prov, "t": t})
+    scale["k"] = 3.0
+    np.testing.assert_allclose(ev.evaluate({"g": prov, "t": t})["R"], 9 * g @ g @ t,
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("returned", ["complex", "text", "wrong shape", "raises"])
+def test_what_a_source_returns_is_checked(returned):
+    text = "R{i_1;i_2} = f{i_1;a_1} * t1{a_1;i_2}"
+    ext = {"i": 8, "a": 8}
+    rng = np.random.default_rng(5)
+    f, t1 = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+
+    def prov(spaces, r):
+        part = f[r[0][0]:r[0][1], r[1][0]:r[1][1]]
+        if returned == "complex":
+            return part + 1j
+        if returned == "text":
+            return np.full(part.shape, "x")
+        if returned == "wrong shape":
+            return np.zeros((part.shape[0] + 1, part.shape[1]))
+        raise OSError("bad sector")
+
+    errors = {"complex": se.InputTypeError, "text": se.InputTypeError,
+              "wrong shape": se.ShapeMismatch, "raises": se.MissingTensor}
+    budget = se.min_budget(text, ext)
+    with pytest.raises(errors[returned], match="'f'"):
+        se.evaluate(text, {"f": prov, "t1": {("a", "i"): t1}}, ext, budget=budget)
+
+
+@pytest.mark.parametrize("extents", [[3, 4], "i=3", None, {"i": float("inf")}, {"i": True}])
+def test_bad_extents_are_refused(extents):
+    with pytest.raises(se.UnknownSpace):
+        se.analyze("E = f{i_1;i_2} * g{i_2;i_1}", extents)
+
+
+def test_non_string_tensor_names_are_refused():
+    with pytest.raises(se.InputTypeError, match="tensor names"):
+        se.evaluate("E = f{i_1;i_2} * g{i_2;i_1}", {1: np.ones((3, 3)), "f": np.ones((3, 3)),
+                                                     "g": np.ones((3, 3))}, {"i": 3})
