@@ -162,3 +162,36 @@ def test_mirror_terms_far_apart_do_not_raise_the_floor():
     other = se.min_budget(shuffled, EXT)
     assert other <= 1.10 * packaged
     assert ccsd_text()        # the packaged text is what the equations came from
+
+
+FRESH = """
+import gc, sys, tracemalloc
+import numpy as np
+import sequant_eval as se
+from sequant_eval.chem.equations import ccsd_equations
+ext = {"i": 10, "a": 38}
+rng = np.random.default_rng(11)
+arrays = {"f": rng.standard_normal((48, 48)), "g": rng.standard_normal((48,) * 4),
+          "t1": rng.standard_normal((38, 10)), "t2": rng.standard_normal((38, 38, 10, 10))}
+ev = se.Evaluator(ccsd_equations(), ext, budget=float(sys.argv[1]))
+predicted = ev.analyze().peak_bytes
+ev.evaluate(arrays)
+gc.collect()
+tracemalloc.start()
+base = tracemalloc.get_traced_memory()[0]
+ev.evaluate(arrays)
+print((tracemalloc.get_traced_memory()[1] - base) / predicted)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="open: in a fresh process the traced peak at 10 % of "
+                   "the unbatched peak (84 loops) is 1.137x the prediction; inside the test "
+                   "session it is within 1.05x (see docs/benchmarks.md)")
+def test_traced_peak_at_ten_percent_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    budget = 0.1 * se.analyze(ccsd_equations(), EXT).peak_bytes
+    out = subprocess.run([sys.executable, "-c", FRESH, str(budget)], capture_output=True,
+                         text=True, check=True)
+    assert float(out.stdout.strip().splitlines()[-1]) <= 1.05
