@@ -51,6 +51,7 @@ from sequant_eval.runtime.placement import Machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ccsd_iteration import amplitudes, machine  # noqa: E402  (sibling benchmark)
+from doc_section import write_section  # noqa: E402
 
 SYSTEMS = {"water": "H2O/cc-pVDZ", "water_dimer": "(H2O)2/cc-pVDZ"}
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -556,18 +557,7 @@ def section(cases: list[Case], repeats: int, profile_runs: int,
 
 def write_doc(text: str) -> None:
     """Replace (or append) this script's section; every other section is kept as it is."""
-    old = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Benchmarks\n"
-    lines = old.splitlines()
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")),
-                   len(lines))
-        lines[start:end] = text.rstrip("\n").splitlines() + ([""] if end < len(lines) else [])
-    else:
-        while lines and not lines[-1].strip():
-            lines.pop()
-        lines += ["", *text.rstrip("\n").splitlines()]
-    DOC.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_section(SECTION, text)
 
 
 def main(argv: list[str] | None = None) -> int:

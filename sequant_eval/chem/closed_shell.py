@@ -22,7 +22,7 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, _sub_block, _transform_rows, density_fitted
+from .integrals import SCFNotConverged, check_request, _sub_block, _transform_rows, density_fitted
 
 __all__ = ["ClosedShellIntegrals", "check_frozen"]
 
@@ -145,15 +145,7 @@ class ClosedShellIntegrals:
 
     # ------------------------------------------------------------------ internals
     def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
-        key = tuple(spaces) if isinstance(spaces, (tuple, list)) else None
-        if key is None or len(key) != rank:
-            raise ShapeMismatch(f"tensor {tensor!r} has {rank} slots; ask for a tuple of "
-                                f"{rank} space names, got {spaces!r}")
-        for s in key:
-            if s not in self._slices:
-                raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
-                                   "known spaces: i, a")
-        return key
+        return check_request(tensor, spaces, rank, self._slices)
 
     #: :meth:`block_rows` works on any row range.
     ROW_STEP = 1

@@ -37,6 +37,20 @@ BlockProvider = Callable[..., np.ndarray]
 _SPACE_NAMES = ("i", "a")
 
 
+def check_request(tensor: str, spaces: Any, rank: int, known) -> tuple[str, ...]:
+    """The block request ``spaces`` as a tuple of ``rank`` known space names, else a typed
+    error naming the tensor (shared by every integral class here)."""
+    key = tuple(spaces) if isinstance(spaces, (tuple, list)) else None
+    if key is None or len(key) != rank:
+        raise ShapeMismatch(f"tensor {tensor!r} has {rank} slots; ask for a tuple of "
+                            f"{rank} space names, got {spaces!r}")
+    for s in key:
+        if s not in known:
+            raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
+                               "known spaces: i, a")
+    return key
+
+
 def _sub_block(block: np.ndarray, ranges) -> np.ndarray:
     """``block`` restricted to ``ranges`` (one ``(start, stop)`` per slot; None: all)."""
     if ranges is None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, SpinOrbitalIntegrals, _sub_block, density_fitted
+from .integrals import SCFNotConverged, check_request, SpinOrbitalIntegrals, _sub_block, density_fitted
 
 __all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
 
@@ -134,12 +134,4 @@ class GeneralSpinOrbitalIntegrals:
         return out
 
     def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
-        key = tuple(spaces) if isinstance(spaces, (tuple, list)) else None
-        if key is None or len(key) != rank:
-            raise ShapeMismatch(f"tensor {tensor!r} has {rank} slots; ask for a tuple of "
-                                f"{rank} space names, got {spaces!r}")
-        for s in key:
-            if s not in self._slices:
-                raise UnknownSpace(f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
-                                   "known spaces: i, a")
-        return key
+        return check_request(tensor, spaces, rank, self._slices)
