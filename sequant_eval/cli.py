@@ -167,8 +167,12 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     from .report.text import format_bytes
 
     _output(args.json, "--json")
-    if args.frozen < 0 or args.max_iter < 1 or not args.conv_tol > 0:
-        raise UsageError("--frozen must be >= 0, --max-iter >= 1 and --conv-tol > 0")
+    import math
+
+    if args.frozen < 0 or args.max_iter < 1 or not 0 < args.conv_tol < math.inf or not (
+            0 < args.conv_tol_normt < math.inf):
+        raise UsageError("--frozen must be >= 0, --max-iter >= 1, and --conv-tol and "
+                         "--conv-tol-normt positive finite numbers")
     if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
         raise UsageError("give one of --molecule, --atom and --xyz")
     if args.atom is not None or args.xyz is not None:

@@ -263,3 +263,12 @@ def test_analyze_prints_the_smallest_feasible_budget(tmp_path, capsys):
     need = se.min_budget(se.parse(path.read_text(encoding="utf-8"), default_name="small"),
                          {"i": 4, "a": 6})
     assert f"({need} B)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--atom", "H 0 0 0; H 0 0 0"], ["--charge", "-100"]])
+def test_ccsd_with_an_impossible_molecule_is_one_line(argv, capsys):
+    """PySCF's own failures (singular overlap, too many electrons) become one-line errors."""
+    pytest.importorskip("pyscf")
+    assert main(["ccsd", "--basis", "sto-3g", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sequant-eval: error:") and "Traceback" not in "\n".join(err)

@@ -28,6 +28,8 @@ off (so that orbitals come out in plain energy order) and its output silenced.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from typing import TYPE_CHECKING
 
 from sequant_eval.errors import SequantEvalError
@@ -201,7 +203,13 @@ def mean_field(mol, conv_tol: float = 1e-10):
     mf = scf.RHF(mol) if mol.spin == 0 else scf.UHF(mol)
     mf.conv_tol = conv_tol
     mf.max_cycle = 200
-    mf.kernel()
+    try:
+        mf.kernel()
+    except (ArithmeticError, RuntimeError, ValueError, np.linalg.LinAlgError) as err:
+        raise SequantEvalError(
+            f"the {type(mf).__name__} calculation failed ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else err!r}); check the geometry (no "
+            f"two atoms at one place), the charge and the basis") from err
     if not mf.converged:
         raise SequantEvalError(f"{type(mf).__name__} did not converge in {mf.max_cycle} "
                                "cycles; check the geometry and charge")
