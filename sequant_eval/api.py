@@ -130,7 +130,6 @@ class Evaluator:
             raise PolicyError("persist=True keeps what does not depend on the tensors that "
                               "change between evaluations: name them, e.g. "
                               "volatile=('t1', 't2')")
-        self._batched = None
         self._programs: dict[int, object] = {}     # element size → fitted program
         self._itemsize = (self.policy or BatchPolicy()).itemsize
         self._fingerprints: dict[str, tuple] | None = None
@@ -140,19 +139,17 @@ class Evaluator:
     def batched(self):
         """The fitted schedule, compiled to the op graph (planned on first use; raises
         InfeasibleBudget before any array is touched)."""
-        if self._batched is None:
+        if self._itemsize not in self._programs:
             from .runtime.compiled import Compiled
 
             policy = replace(self.policy or BatchPolicy(), itemsize=self._itemsize)
             if self._share is not None:
                 policy = replace(policy, budget=self._share.of(
                     self._unbatched_peak(self._itemsize)))
-            if self._itemsize not in self._programs:
-                self._programs[self._itemsize] = Compiled(
-                    fit_forest(self.forest, self.regime, policy, self.progress),
-                    policy.volatile, self.persist)
-            self._batched = self._programs[self._itemsize]
-        return self._batched
+            self._programs[self._itemsize] = Compiled(
+                fit_forest(self.forest, self.regime, policy, self.progress),
+                policy.volatile, self.persist)
+        return self._programs[self._itemsize]
 
     def _unbatched_peak(self, itemsize: int) -> int:
         """The unbatched peak at ``itemsize``-byte elements (what a share is a share of)."""
@@ -170,7 +167,7 @@ class Evaluator:
         source = TensorSource(self.forest, tensors, self.extents)
         itemsize = source.dtype().itemsize
         if itemsize != self._itemsize:      # planned for the inputs' element size
-            self._itemsize, self._batched = itemsize, None
+            self._itemsize = itemsize
         program = self.batched
         if self.persist:
             self._check_kept(program, tensors)
