@@ -84,6 +84,14 @@ def _tensors(ext: dict, kind: str, workdir: str):
     return {name: {tuple(key): h5[f"{name}/{key}"] for key in h5[name]} for name in h5}, h5
 
 
+def _refill_free_lists() -> None:
+    """A full collection empties CPython's tuple free lists; the evaluation's small index
+    tuples would refill them (~0.3 MB the interpreter keeps, whatever the data), which
+    tracemalloc would charge to the evaluation. Refill them before measuring."""
+    cache = [[tuple(range(k)) for _ in range(2000)] for k in range(1, 20)]
+    del cache
+
+
 def worker(system: str, kind: str, share, rounds: int) -> dict:
     """One case in this process: plan, warm up, then measure."""
     import gc
@@ -105,6 +113,7 @@ def worker(system: str, kind: str, share, rounds: int) -> dict:
         ev.evaluate(tensors)                          # plans, builds graphs, evaluates
         rss_growth = _status("VmHWM") - base_rss      # everything this process added
         gc.collect()
+        _refill_free_lists()
         tracemalloc.start()
         t0 = tracemalloc.get_traced_memory()[0]
         ev.evaluate(tensors)                          # one evaluation, graphs built

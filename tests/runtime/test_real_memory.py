@@ -176,22 +176,42 @@ arrays = {"f": rng.standard_normal((48, 48)), "g": rng.standard_normal((48,) * 4
 ev = se.Evaluator(ccsd_equations(), ext, budget=float(sys.argv[1]))
 predicted = ev.analyze().peak_bytes
 ev.evaluate(arrays)
-gc.collect()
-tracemalloc.start()
-base = tracemalloc.get_traced_memory()[0]
-ev.evaluate(arrays)
-print((tracemalloc.get_traced_memory()[1] - base) / predicted)
+
+
+def traced(refill):
+    gc.collect()                        # also empties CPython's object free lists
+    if refill:                          # the interpreter's tuple cache, refilled
+        cache = [[tuple(range(k)) for _ in range(2000)] for k in range(1, 20)]
+        del cache
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    ev.evaluate(arrays)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
+print(predicted, traced(refill=True), traced(refill=False))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: in a fresh process the traced peak at 10 % of "
-                   "the unbatched peak (84 loops) is 1.137x the prediction; inside the test "
-                   "session it is within 1.05x (see docs/benchmarks.md)")
 def test_traced_peak_at_ten_percent_in_a_fresh_process():
+    """Ten per cent of the unbatched peak (84 loops, ~15,000 ops) in a new interpreter.
+
+    A full collection empties CPython's free lists (up to 2000 tuples of each length
+    below 20); the evaluation's many small index tuples then refill them, which
+    tracemalloc sees as ~0.3 MB allocated by the evaluation although it is the
+    interpreter's cache, bounded whatever the data. So the evaluation is measured with the
+    cache refilled (must be within 1.05x), and the run with the cache emptied must exceed
+    the prediction by no more than that cache can hold (~4.6 MB at most; 0.5 MB asserted,
+    far below the 2.3 MB predicted — a leak of data-sized buffers would fail it)."""
     import subprocess
     import sys
 
     budget = 0.1 * se.analyze(ccsd_equations(), EXT).peak_bytes
     out = subprocess.run([sys.executable, "-c", FRESH, str(budget)], capture_output=True,
                          text=True, check=True)
-    assert float(out.stdout.strip().splitlines()[-1]) <= 1.05
+    predicted, refilled, emptied = map(int, out.stdout.split())
+    assert predicted <= budget
+    assert refilled <= 1.05 * predicted, (refilled, predicted)
+    assert emptied - predicted <= 500_000, (emptied, predicted)
