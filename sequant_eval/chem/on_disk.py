@@ -28,8 +28,9 @@ from sequant_eval.errors import MissingTensor, SequantEvalError, UsageError
 
 from .integrals import _sub_block
 from .process_memory import release_free_memory
+from .solver import OrbitalDenominators, slabs
 
-__all__ = ["IntegralFile", "integral_blocks", "DEFAULT_SLAB_BYTES"]
+__all__ = ["IntegralFile", "AmplitudeFile", "integral_blocks", "DEFAULT_SLAB_BYTES"]
 
 #: The writer's slab: at most this many bytes of one block are computed at a time.
 DEFAULT_SLAB_BYTES = 32 << 20
@@ -208,3 +209,60 @@ def _write_block(h5: Any, ints: Any, tensor: str, spaces: tuple[str, ...],
                                    f"returned shape {slab.shape}")
         ds[start:stop] = slab
         del slab
+
+
+class AmplitudeFile:
+    """The doubles amplitudes of a lean (out-of-core) solve in an HDF5 file, updated in place.
+
+    ``t2`` (and, for the exchange-folded closed-shell equations, ``u2 = 2 t2 - t2~``) are
+    datasets the evaluator reads per batch and the solver updates slab by slab
+    (``slab_elements`` at a time), so no doubles-sized array is held between residuals:
+    the iteration then holds ``t1`` and a slab or two besides the residual. The file is
+    scratch: :meth:`close` removes it.
+    """
+
+    def __init__(self, path: str | os.PathLike, t2_shape: tuple[int, ...],
+                 slab_elements: int, exchange: bool = False) -> None:
+        import h5py
+
+        self.path = Path(path)
+        self.slab = int(slab_elements)
+        try:
+            self._h5 = h5py.File(self.path, "w")
+        except OSError as err:
+            raise UsageError(f"amplitudes on disk: cannot create {self.path} "
+                             f"({err.strerror or err}); check the folder") from err
+        self.t2 = self._h5.create_dataset("t2", shape=t2_shape, dtype=np.float64)
+        self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
+            if exchange else None
+
+    def slab_bytes(self) -> int:
+        """Bytes of one slab (at least one row of ``t2``)."""
+        shape = tuple(self.t2.shape)
+        return 8 * max(self.slab, int(np.prod(shape[1:], dtype=np.int64)))
+
+    def mp2_guess(self, ints: Any, d: OrbitalDenominators) -> dict[str, Any]:
+        """``t1 = 0`` and ``t2 = g{a,a;i,i} / D2`` written slab by slab (the amplitudes
+        :func:`~sequant_eval.chem.solver.mp2_guess` makes in memory, bitwise)."""
+        shape = tuple(self.t2.shape)
+        for lo, hi in slabs(shape, self.slab):
+            part = np.asarray(ints.eri(("a", "a", "i", "i"),
+                                       [(lo, hi)] + [(0, n) for n in shape[1:]]),
+                              dtype=np.float64)
+            d.divide("t2", part, start=lo)
+            self.t2[lo:hi] = part
+        return {"t1": np.zeros(d.shapes["t1"]), "t2": self.t2}
+
+    def refresh_exchange(self) -> None:
+        """``u2 = 2 t2 - t2.transpose(0, 1, 3, 2)`` from the current ``t2``, slab by slab."""
+        for lo, hi in slabs(tuple(self.t2.shape), self.slab):
+            t2 = np.asarray(self.t2[lo:hi])
+            u2 = np.multiply(t2, 2)
+            u2 -= t2.transpose(0, 1, 3, 2)
+            self.u2[lo:hi] = u2
+
+    def close(self) -> None:
+        """Close the file and remove it."""
+        if self._h5.id.valid:
+            self._h5.close()
+        self.path.unlink(missing_ok=True)

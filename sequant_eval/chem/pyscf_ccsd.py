@@ -18,18 +18,19 @@ run's prediction and ``meter`` what the last NumPy run accounted.
 
 Out of core (``integrals_on_disk=DIR``): the integral blocks the equations read are
 written once to an HDF5 file in ``DIR`` (in slabs, :mod:`sequant_eval.chem.on_disk`) and
-read per batch; nothing of them is cached in memory. The solver then runs lean (steps and
-updates in place, DIIS vectors in an HDF5 file beside the integrals, denominators applied
-slab by slab), and the budget bounds the whole iteration: the amplitudes the solver holds
-while a residual is evaluated (``held_bytes``: ``t1``, ``t2``, and ``u2`` for the closed
-shell) and the DIIS chunk buffers are charged first, the evaluator is planned under the
-rest.
+read per batch; nothing of them is cached in memory. The solver then runs lean: the
+doubles amplitudes (``t2``, and ``u2`` for the closed shell) live in an HDF5 file beside the
+integrals, read per batch by the residual and updated slab by slab; the DIIS vectors are in
+a second file; denominators are applied slab by slab. The budget bounds the whole
+iteration: what the solver holds while a residual is evaluated (``held_bytes``: ``t1`` and
+two slab buffers) is charged first, and the evaluator is planned under the rest.
 """
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,7 @@ class CCSD:
         self.integrals_on_disk = None if integrals_on_disk is None else Path(integrals_on_disk)
         self.slab_bytes = slab_bytes
         self.frozen = frozen
+        self._amplitudes = None           # the doubles on disk while a lean run is on
         self.budget = budget
         self.backend = backend
         closed = _is_closed_shell_rhf(mf)
@@ -183,14 +185,14 @@ class CCSD:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes the lean solver holds beside one evaluation: ``t1`` and ``t2`` (and ``u2``
-        on the closed shell), plus the DIIS chunk buffers."""
+        """Bytes the lean solver holds beside one evaluation: ``t1`` and two slab buffers
+        (DIIS chunks, or rows of the doubles amplitudes it updates on disk)."""
         return self._held(self.integrals)
 
     def _held(self, ints) -> int:
+        """``t1`` and two slabs (DIIS chunks, or rows of the doubles on disk)."""
         no, nv = ints.nocc, ints.nvir
-        t1, t2 = 8 * no * nv, 8 * no * no * nv * nv
-        return t1 + t2 * (1 if self.spin_orbital else 2) + 16 * self._diis_chunk(ints)
+        return 8 * no * nv + 16 * max(self._diis_chunk(ints), nv * no * no)
 
     def _diis_chunk(self, ints=None) -> int:
         """Elements per DIIS chunk: an eighth of the amplitudes, within 1 Ki .. 128 Ki."""
@@ -284,8 +286,12 @@ class CCSD:
 
         def residual(t):
             t2 = t["t2"]
-            u2 = np.multiply(t2, 2)                 # 2 t2 - t2~ with one t2-sized array
-            u2 -= t2.transpose(0, 1, 3, 2)
+            if self._amplitudes is not None:          # on disk: u2 beside t2, slab by slab
+                self._amplitudes.refresh_exchange()
+                u2 = self._amplitudes.u2
+            else:
+                u2 = np.multiply(t2, 2)               # 2 t2 - t2~ with one t2-sized array
+                u2 -= t2.transpose(0, 1, 3, 2)
             tensors = dict(base, t1={("a", "i"): t["t1"]}, t2={("a", "a", "i", "i"): t2},
                            u2={("a", "a", "i", "i"): u2})
             out, meter = ev.evaluate(tensors, backend=self.backend, return_meter=True)
@@ -313,19 +319,34 @@ class CCSD:
 
         start = time.perf_counter()
         lean: dict[str, Any] = {}
-        if self.out_of_core:            # steps in place, DIIS on disk, D2 never formed
-            lean = {"in_place": True, "diis": None if self.diis_space < 2 else HDF5DIIS(
-                self.integrals_on_disk / f"diis-{os.getpid()}-{id(self):x}.h5",
-                self.diis_space, self._diis_chunk())}
+        guess = None
+        self._amplitudes = None
         try:
-            result = solve_cc(self._residual_function(meters), mp2_guess(ints),
+            if self.out_of_core:    # steps in place, t2 and DIIS on disk, D2 never formed
+                from .on_disk import AmplitudeFile
+
+                scratch = self.integrals_on_disk / f"{{}}-{os.getpid()}-{id(self):x}.h5"
+                chunk = self._diis_chunk()
+                self._amplitudes = AmplitudeFile(
+                    str(scratch).format("amplitudes"), (ints.nvir,) * 2 + (ints.nocc,) * 2,
+                    chunk, exchange=not self.spin_orbital)
+                guess = self._amplitudes.mp2_guess(ints, orbital_denominators(ints))
+                lean = {"in_place": True, "slab_elements": chunk,
+                        "diis": None if self.diis_space < 2 else HDF5DIIS(
+                            str(scratch).format("diis"), self.diis_space, chunk)}
+            result = solve_cc(self._residual_function(meters), guess or mp2_guess(ints),
                               orbital_denominators(ints) if lean else denominators(ints),
                               conv_energy=self.conv_tol, conv_residual=self.conv_tol_normt,
                               max_iter=self.max_cycle, diis_space=self.diis_space,
                               callback=on_iteration, **lean)
+            if self._amplitudes is not None:      # the converged amplitudes, in memory
+                result = replace(result, t={k: np.asarray(v[()]) for k, v in result.t.items()})
         finally:
             if lean.get("diis") is not None:
                 lean["diis"].close()
+            if self._amplitudes is not None:
+                self._amplitudes.close()
+                self._amplitudes = None
         elapsed = time.perf_counter() - start
         self.result = result
         self.e_corr = result.e_corr

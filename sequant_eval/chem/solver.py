@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import partial
+from math import prod
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -36,6 +38,7 @@ __all__ = [
     "HDF5DIIS",
     "OrbitalDenominators",
     "pulay_coefficients",
+    "slabs",
 ]
 
 Amplitudes = dict[str, np.ndarray]
@@ -201,15 +204,25 @@ class HDF5DIIS:
                 self._file.create_dataset(name, shape=(self.space, n), dtype=np.float64)
         return self._file["vectors"], self._file["errors"]
 
-    def _chunks(self, blocks: Mapping[str, np.ndarray]):
-        """``(flat view of a block, its chunk, global offset)`` in order."""
+    def _chunks(self, blocks: Mapping[str, Any]):
+        """``(chunk, global offset, end, store)`` in order: a flat view of an in-memory
+        block, or a slab of rows read from an on-disk one (``store(values)`` writes a
+        chunk back)."""
         off = 0
         for b in blocks.values():
-            flat = b.reshape(-1)
-            for lo in range(0, flat.size, self.chunk):
-                hi = min(flat.size, lo + self.chunk)
-                yield flat[lo:hi], off + lo, off + hi
-            off += flat.size
+            if isinstance(b, np.ndarray):
+                flat = b.reshape(-1)
+                for lo in range(0, flat.size, self.chunk):
+                    hi = min(flat.size, lo + self.chunk)
+                    part = flat[lo:hi]
+                    yield part, off + lo, off + hi, partial(part.__setitem__, Ellipsis)
+                off += flat.size
+                continue
+            for lo, hi in slabs(tuple(b.shape), self.chunk):
+                row = prod(b.shape[1:])
+                part = np.asarray(b[lo:hi]).reshape(-1)
+                yield part, off + lo * row, off + hi * row, partial(_store_rows, b, lo, hi)
+            off += prod(b.shape)
 
     def push_blocks(self, vector: Mapping[str, np.ndarray],
                     error: Mapping[str, np.ndarray]) -> None:
@@ -220,10 +233,10 @@ class HDF5DIIS:
             self._overlap = self._overlap[1:, 1:]
         else:
             slot = len(self._slots)
-        for part, lo, hi in self._chunks(vector):
+        for part, lo, hi, _ in self._chunks(vector):
             vecs[slot, lo:hi] = part
         row = np.zeros(len(self._slots) + 1)
-        for part, lo, hi in self._chunks(error):
+        for part, lo, hi, _ in self._chunks(error):
             errs[slot, lo:hi] = part
             for k, other in enumerate(self._slots):
                 row[k] += float(np.dot(errs[other, lo:hi], part))
@@ -242,19 +255,50 @@ class HDF5DIIS:
     def extrapolate_into(self, blocks: Mapping[str, np.ndarray]) -> None:
         c = self.coefficients()
         vecs = self._file["vectors"]
-        for part, lo, hi in self._chunks(blocks):
+        for _, lo, hi, store in self._chunks(blocks):
             acc = np.zeros(hi - lo)
             for ck, slot in zip(c, self._slots):
                 buf = vecs[slot, lo:hi]
                 buf *= ck
                 acc += buf
-            part[...] = acc
+            store(acc)
 
     def close(self) -> None:
         """Close the file and remove it (the vectors are scratch)."""
         if self._file.id.valid:
             self._file.close()
         self.path.unlink(missing_ok=True)
+
+
+def slabs(shape: tuple[int, ...], elements: int):
+    """``(start, stop)`` row ranges of an array of ``shape``, each at most ``elements``
+    elements (at least one row)."""
+    if not shape:
+        yield 0, 1
+        return
+    rows = max(1, int(elements) // max(1, prod(shape[1:])))
+    for lo in range(0, shape[0], rows):
+        yield lo, min(shape[0], lo + rows)
+
+
+def _store_rows(block: Any, lo: int, hi: int, values: np.ndarray) -> None:
+    block[lo:hi] = np.reshape(values, (hi - lo,) + tuple(block.shape[1:]))
+
+
+def _on_disk(x: Any) -> bool:
+    """An amplitude block kept in a store (an h5py dataset), updated slab by slab."""
+    return not isinstance(x, np.ndarray) and hasattr(x, "shape") and hasattr(x, "__setitem__")
+
+
+def _add_into(block: Any, step: np.ndarray, elements: int) -> None:
+    """``block += step``, slab by slab when the block lives on disk."""
+    if not _on_disk(block):
+        block += step
+        return
+    for lo, hi in slabs(tuple(block.shape), elements):
+        part = np.asarray(block[lo:hi])
+        part += step[lo:hi]
+        block[lo:hi] = part
 
 
 def _shape(denoms: Any, key: str) -> tuple[int, ...]:
@@ -309,6 +353,7 @@ def solve_cc(
     callback: Callable[[IterationRecord, Amplitudes], Any] | None = None,
     diis: "DIIS | HDF5DIIS | None" = None,
     in_place: bool = False,
+    slab_elements: int = 1 << 17,
 ) -> CCResult:
     """Solve ``R(t) = 0`` by Jacobi steps ``t += R / D`` accelerated by DIIS.
 
@@ -341,6 +386,8 @@ def solve_cc(
         last amplitudes evaluated afterwards), the residual arrays returned become the
         steps, and the arrays handed to ``residual`` and ``callback`` change between
         iterations. The solver then holds one set of amplitudes besides the residual.
+        An amplitude block may then also be an on-disk dataset (h5py: ``shape`` and
+        slicing, read and written), updated ``slab_elements`` at a time.
 
     Returns
     -------
@@ -351,7 +398,8 @@ def solve_cc(
     """
     _check_inputs(t_init, denominators)
     keys = list(t_init)
-    t: Amplitudes = {k: _own(t_init[k]) if in_place else
+    t: Amplitudes = {k: t_init[k] if in_place and _on_disk(t_init[k]) else
+                     _own(t_init[k]) if in_place else
                      np.array(t_init[k], dtype=np.float64, copy=True) for k in keys}
     if isinstance(denominators, OrbitalDenominators):
         divide = denominators.divide
@@ -394,12 +442,12 @@ def solve_cc(
             divide(k, step[k])
         new = t if in_place else {k: t[k].copy() for k in keys}
         for k in keys:
-            new[k] += step[k]
+            _add_into(new[k], step[k], slab_elements)
         if diis is not None:
             diis.push_blocks(new, step)
-            del step
-            if used:
-                diis.extrapolate_into(new)
+        del step                    # not held while the next residual runs
+        if diis is not None and used:
+            diis.extrapolate_into(new)
         t = new
     return CCResult(e_corr, t, len(history), converged, tuple(history))
 
@@ -421,14 +469,15 @@ class OrbitalDenominators:
             return d1.copy()
         return np.ascontiguousarray(d1[:, None, :, None] + d1[None, :, None, :])
 
-    def divide(self, key: str, x: np.ndarray) -> None:
-        """``x /= D`` in place (the same quotients as dividing by the whole array)."""
+    def divide(self, key: str, x: np.ndarray, start: int = 0) -> None:
+        """``x /= D`` in place (the same quotients as dividing by the whole array); for
+        ``t2``, ``x`` may be the rows ``start:start + len(x)`` of the whole."""
         d1 = self.d1
         if key == "t1":
             x /= d1
             return
         for a in range(x.shape[0]):
-            x[a] /= d1[a][None, :, None] + d1[:, None, :]
+            x[a] /= d1[start + a][None, :, None] + d1[:, None, :]
 
 
 def _diagonal(ints: Any, space: str) -> np.ndarray:

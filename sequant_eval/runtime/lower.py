@@ -19,7 +19,7 @@ from math import prod
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.ordered import BuildStep, ScopeBlock
-from ..schedule.peak import allocations, folded_into, moves, schedule_points
+from ..schedule.peak import allocations, folded_into, moves, schedule_points, stream_rows
 from .graph import Graph, Node, Op
 
 __all__ = ["Lowered", "lower_schedule"]
@@ -168,6 +168,31 @@ class _Lowering:
                 (at, e.perm, float(e.coefficient), work),
                 self.g.nodes[self.node_of[target]].shape, f"{tag} -> f{target} entry {leg}")
 
+    def stream(self, step: BuildStep, tag: str) -> None:
+        """A leaf entry of a sum, read from its source ``stream_rows`` rows at a time, each
+        chunk added into the sum through the entry's permutation (nothing held whole)."""
+        f = self.forms[step.form]
+        leaf = self.forms[f.operands[step.entry]]
+        entry = self.a.forest.values[f.value].entries[step.entry]
+        if step.form not in self.node_of:
+            shape = self.a.shapes[f.value]
+            self.node_of[step.form] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
+                                                tag=f"f{step.form} sum")
+        shape = tuple(self.a.shapes[leaf.value])
+        rows = stream_rows(shape, self.a.plan.policy.itemsize)
+        for lo in range(0, shape[0], rows) if shape else (0,):
+            index = ((lo, min(lo + rows, shape[0])),) + (None,) * (len(shape) - 1) \
+                if shape else ()
+            part_shape = (index[0][1] - lo,) + shape[1:] if shape else ()
+            part = self.emit(Op.SLICE, (self.inputs[leaf.value],), (index,), part_shape,
+                             f"f{leaf.id} [{lo}:{lo + rows}]")
+            at = tuple(index[p] for p in entry.perm)
+            target = self.node_of[step.form]
+            self.node_of[step.form] = self.emit(
+                Op.ADD_INTO, (target, part),
+                (at, entry.perm, float(entry.coefficient), 2.0 * prod(part_shape)),
+                self.g.nodes[target].shape, f"{tag} entry {step.entry} (streamed)")
+
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]
         batch = ",".join(f"L{l}[{self.ctx[l][0]}:{self.ctx[l][1]}]" for l in f.scope)
@@ -179,6 +204,8 @@ class _Lowering:
                 self.inputs[f.value] = self.emit(Op.INPUT, params=(f.value,),
                                                  shape=self.a.shapes[f.value],
                                                  tag=self.a.forest.values[f.value].tensor)
+            if step.form in self.folded:            # streamed into its sum, chunk by chunk
+                return
             index = [None] * len(self.a.shapes[f.value])
             for pos, loop in f.sliced:
                 index[pos] = self.ctx[loop]
@@ -202,8 +229,10 @@ class _Lowering:
     def accumulate(self, step: BuildStep, tag: str) -> None:
         f = self.forms[step.form]
         entry = self.a.forest.values[f.value].entries[step.entry]
-        if f.operands[step.entry] in self.folded:      # already added, batch by batch
-            return
+        if f.operands[step.entry] in self.folded:
+            if self.forms[f.operands[step.entry]].kind is FormKind.LEAF:
+                self.stream(step, tag)
+            return                                     # a term: added batch by batch
         src = self.node_of[f.operands[step.entry]]
         alpha = float(entry.coefficient)
         tag = f"{tag} entry {step.entry}"

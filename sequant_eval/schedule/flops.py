@@ -37,7 +37,7 @@ def schedule_flops(sched: OrderedSchedule, forest: Forest, shapes) -> int:
                 loops[l].nbatches for l in f.scope if l not in used)
         elif f.kind is FormKind.SUM:
             total += sum(2 * prod(shapes[sched.forms[o].value]) for o in f.operands
-                         if o not in folded)
+                         if o not in folded or sched.forms[o].kind is FormKind.LEAF)
         elif f.kind is FormKind.ASSEMBLE and (f.id in folded or loops[f.via].kind.value == "C"):
             src = sched.forms[f.source]
             sliced = {l for _, l in src.sliced}

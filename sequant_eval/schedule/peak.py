@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from math import prod
 
 from ..forest.values import Forest
 from ..plan.regime import footprint_bytes
@@ -19,7 +20,8 @@ from .forms import Form, FormKind
 from .ordered import OrderedSchedule, ScopeBlock
 
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
-           "peak_profile_sweep", "peak_profile_replay", "footprint", "transients"]
+           "peak_profile_sweep", "peak_profile_replay", "footprint", "transients",
+           "folded_into", "stream_rows", "STREAM_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -100,17 +102,24 @@ def _reads_of(p: Point, sched: OrderedSchedule) -> list[int]:
     return []
 
 
+#: The most bytes one chunk of a leaf streamed into a sum holds (see ``stream_rows``).
+STREAM_BYTES = 1 << 18
+
+
 def folded_into(sched: OrderedSchedule) -> dict[int, int]:
-    """Assembled term results added straight into the equation sum that reads them.
+    """Term results and input blocks added straight into the equation sum that reads them.
 
     A top-level assembled form read only by entries of one sum is never allocated: each
     batch of it is added (scattered, for an external loop) into the sum, with the entry's
     permutation and coefficient, as the batch escapes its block. The sum is allocated when
-    the first such block opens. Returns assembled form → sum form."""
+    the first such block opens. A top-level leaf read only by entries of one sum (a term
+    that is an input block, ``R2 += g{a1,a2;i1,i2}``) is never held whole either: at each
+    entry reading it, the block is read from its source chunk by chunk (``stream_rows``
+    rows of its first axis) and each chunk added into the sum. Returns form → sum form."""
     forms = sched.forms
     out = {}
     for f in forms:
-        if f.kind is FormKind.ASSEMBLE and not f.scope:
+        if f.kind in (FormKind.ASSEMBLE, FormKind.LEAF) and not f.scope:
             readers = sched.rich.readers.get(f.id, ())
             sums = {r for r, _ in readers}
             if readers and len(sums) == 1 and forms[min(sums)].kind is FormKind.SUM:
@@ -118,11 +127,25 @@ def folded_into(sched: OrderedSchedule) -> dict[int, int]:
     return out
 
 
+def stream_rows(shape: tuple[int, ...], itemsize: int) -> int:
+    """Rows (first-axis entries) per chunk of a leaf streamed into a sum: as many as fit
+    ``STREAM_BYTES``, at least one."""
+    if not shape:
+        return 1
+    row = itemsize * prod(shape[1:])
+    return max(1, min(shape[0], STREAM_BYTES // max(1, row)))
+
+
+def _stream_bytes(leaf: Form, forest: Forest, shapes, itemsize: int) -> int:
+    shape = tuple(int(n) for n in shapes[leaf.value])
+    return stream_rows(shape, itemsize) * itemsize * prod(shape[1:]) if shape else itemsize
+
+
 def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
     """Points where a sum's first entry takes over the entry's buffer (as the walk does);
     never into a sum that assembled terms are added into directly."""
     forms = sched.forms
-    fed = set(folded_into(sched).values())
+    fed = {s for f, s in folded_into(sched).items() if forms[f].kind is FormKind.ASSEMBLE}
     last: dict[int, int] = {}
     for k, p in enumerate(points):
         for r in _reads_of(p, sched):
@@ -231,7 +254,11 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
         elif p.kind == "build" and p.entry >= 0:
             src = forms[forms[p.form].operands[p.entry]]
             coeff = forest.values[forms[p.form].value].entries[p.entry].coefficient
-            if src.id not in folded and p.form in made and abs(coeff) != 1 and k not in moved:
+            if src.kind is FormKind.LEAF and src.id in folded:     # one chunk (scaled too)
+                out[k] = _stream_bytes(src, forest, shapes, itemsize) * (
+                    1 if abs(coeff) == 1 else 2)
+            elif (src.id not in folded and p.form in made and abs(coeff) != 1
+                  and k not in moved):
                 out[k] = footprint(src, forest, shapes, sched.loops, itemsize)
             made.add(p.form)
         elif p.kind == "escape" and p.form in folded:

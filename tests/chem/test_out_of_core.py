@@ -29,8 +29,9 @@ from sequant_eval.chem.closed_shell import ClosedShellIntegrals  # noqa: E402
 from sequant_eval.chem.equations import ccsd_equations  # noqa: E402
 from sequant_eval.chem.integrals import SpinOrbitalIntegrals  # noqa: E402
 from sequant_eval.chem.molecules import build_molecule  # noqa: E402
-from sequant_eval.chem.on_disk import IntegralFile, integral_blocks  # noqa: E402
-from sequant_eval.chem.solver import DIIS, HDF5DIIS, OrbitalDenominators, solve_cc  # noqa: E402
+from sequant_eval.chem.on_disk import AmplitudeFile, IntegralFile, integral_blocks  # noqa: E402
+from sequant_eval.chem.solver import (DIIS, HDF5DIIS, OrbitalDenominators, mp2_guess,  # noqa: E402
+                                      orbital_denominators, solve_cc)
 from sequant_eval.cli import main  # noqa: E402
 from sequant_eval.errors import InfeasibleBudget, UsageError  # noqa: E402
 
@@ -124,7 +125,7 @@ def test_spin_orbital_ccsd_from_disk_matches_in_memory(water_631g, tmp_path, mon
     assert len(peaks) == cc.iterations >= 2
     assert all(0 < p <= evaluator_budget for p in peaks)
     assert cc.report.loops and cc.report.peak_bytes < top          # really batched
-    assert not list(tmp_path.glob("diis-*.h5"))
+    assert not list(tmp_path.glob("diis-*.h5")) and not list(tmp_path.glob("amplitudes-*"))
     assert "integrals on disk" in cc.summary()
     ref = CCSD(water_631g, spin_orbital=True, **TIGHT).run()
     assert ref.converged and abs(cc.e_corr - ref.e_corr) < 1e-10
@@ -219,3 +220,46 @@ def test_open_shell_reference_from_disk(tmp_path):
     cc.close()
     assert cc.spin_orbital and cc.converged and ref.converged
     assert abs(cc.e_corr - ref.e_corr) < 1e-10
+
+
+def test_amplitude_file_guess_and_exchange_follow_the_in_memory_ones(water_631g, tmp_path):
+    """Oracles: ``mp2_guess`` formed whole from the same file (bitwise), and from the
+    in-memory closed-shell integrals (to rounding of the slab-wise integral transform);
+    ``u2 = 2 t2 - t2.transpose(0, 1, 3, 2)`` formed whole; slabs of 3 rows (not a divisor
+    of the virtual extent)."""
+    ints = ClosedShellIntegrals.from_scf(water_631g)
+    disk = IntegralFile.write(ints, tmp_path, integral_blocks(
+        ccsd_equations(), ints.extents, ("g",)))
+    nv, no = ints.nvir, ints.nocc
+    amps = AmplitudeFile(tmp_path / "amplitudes.h5", (nv, nv, no, no), 3 * nv * no * no,
+                         exchange=True)
+    try:
+        got = amps.mp2_guess(disk, orbital_denominators(disk))
+        want = mp2_guess(disk)
+        assert np.array_equal(got["t1"], want["t1"])
+        assert np.array_equal(got["t2"][()], want["t2"])
+        memory = mp2_guess(ClosedShellIntegrals.from_scf(water_631g))["t2"]
+        np.testing.assert_allclose(got["t2"][()], memory, rtol=0, atol=1e-14)
+        amps.refresh_exchange()
+        t2 = want["t2"]
+        assert np.array_equal(amps.u2[()], 2 * t2 - t2.transpose(0, 1, 3, 2))
+    finally:
+        amps.close()
+        disk.close()
+    assert not (tmp_path / "amplitudes.h5").exists()
+
+
+def test_closed_shell_from_disk_holds_no_doubles_in_memory(water_631g, tmp_path):
+    """The lean closed-shell run keeps t2 and u2 on disk: what the solver holds is t1 and
+    two slabs (here the smallest DIIS chunks, 1 Ki elements each), less than the t2 and
+    u2 it held in memory before; the energy equals the in-memory run's (1e-10)."""
+    cc = CCSD(water_631g, budget="40%", integrals_on_disk=tmp_path, **TIGHT)
+    t2_bytes = 8 * (cc.nocc * cc.nvir) ** 2
+    assert cc.held_bytes < 2 * t2_bytes
+    cc.run()
+    cc.close()
+    assert cc.converged and cc.t2.shape == (cc.nocc, cc.nocc, cc.nvir, cc.nvir)
+    assert not list(tmp_path.glob("amplitudes-*")) and not list(tmp_path.glob("diis-*"))
+    ref = CCSD(water_631g, **TIGHT).run()
+    assert abs(cc.e_corr - ref.e_corr) < 1e-10
+    np.testing.assert_allclose(cc.t2, ref.t2, rtol=0, atol=1e-8)
