@@ -22,6 +22,7 @@ from .lower import Lowered, lower_schedule
 from .passes import bridge_arms, copy_roots_to_host, insert_copies, run_passes
 from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
                         place, run_lockstep)
+from .residency import Residency, fit_residency
 
 __all__ = ["Compiled", "RoutePicker"]
 
@@ -86,6 +87,8 @@ class Compiled:
                                         if f.kind is FormKind.LEAF and f.sliced)
         self._backends: dict[str, dict] = {}
         self._lowered: dict[tuple, tuple[Lowered, list[int]]] = {}
+        self._residency: dict[tuple, Residency] = {}
+        self.residency: Residency | None = None   # of the graph last prepared (or run)
 
     def _skippable(self) -> frozenset[int]:
         readers: dict[int, list[int]] = {}
@@ -106,7 +109,7 @@ class Compiled:
     def lowered(self, warm: bool = False, machine: Machine | None = None):
         """The prepared graph and its roots (cached per warm/cold and machine)."""
         machine = machine or Machine()
-        key = (warm, machine.gpu, machine.gpu_budget)
+        key = (warm, machine.gpu, machine.gpu_budget, machine.evict)
         if key not in self._lowered:
             low = lower_schedule(self.analysis, self.persistent,
                                  self.persistent if warm else frozenset(),
@@ -124,9 +127,11 @@ class Compiled:
                 eff = effective_roots(g, roots)                  # device
                 roots = insert_copies(g, eff)[: len(roots)]      # arms are bridged too
                 roots = copy_roots_to_host(g, roots)             # results end on the host
+            self._residency[key] = fit_residency(g, roots, machine)   # idle values out
             names = dict(zip(low.roots, roots[: len(low.roots)]))
             kept = dict(zip(low.kept, roots[len(low.roots):]))
             self._lowered[key] = (Lowered(g, names, kept, low.form_of), roots)
+        self.residency = self._residency.get(key)
         return self._lowered[key]
 
     def contraction_plans(self) -> list:

@@ -4,8 +4,11 @@ The cost of an op on a device is a roofline, ``max(flops/rate, bytes/bandwidth)`
 launch overhead; moving a value between devices costs ``bytes/link + latency``. A
 carry-forward DP over the execution order gives, per op and device, the cheapest way to
 have its result there; the roots must end on the host. Views and in-place ops stay with
-the buffer they touch; inputs live where the caller's arrays are. If the GPU's live bytes
-would exceed its budget, the largest GPU ops are moved back to the CPU until they fit.
+the buffer they touch; inputs live where the caller's arrays are. Under a GPU budget, ops
+are moved back to the CPU (their whole buffer with them) until the budget can be met: by
+default only until every step's working set fits — the values idle across a step are then
+evicted and reloaded by the residency pass (``residency.py``); with ``Machine.evict``
+false, until the whole live peak fits (the largest GPU buffers first).
 
 Around it, the lock-step driver of the dispatch layer: pathfinders only *add* candidate
 routes (a placement fork records a Branch where a run's CPU and GPU costs are close,
@@ -23,8 +26,9 @@ from math import prod
 from .graph import BINDINGS, INPLACE, VIEWS, Device, Graph, Node, Op
 from .runs import extract_runs
 
-__all__ = ["CostModel", "Machine", "place", "gpu_live_peak", "PlacementForkPathfinder",
-           "ConvergenceOptimizer", "run_lockstep", "node_flops"]
+__all__ = ["CostModel", "Machine", "place", "gpu_live_peak", "gpu_profile", "DeviceProfile",
+           "gpu_working_set", "PlacementForkPathfinder", "ConvergenceOptimizer",
+           "run_lockstep", "node_flops", "node_bytes"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Machine:
     gpu: bool = False
     gpu_budget: float = float("inf")      # bytes the evaluation may hold on the GPU
     cost: CostModel = field(default_factory=CostModel)
+    evict: bool = True                    # meet the budget by eviction (residency.py)
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -86,7 +91,8 @@ def node_flops(g: Graph, n: int) -> float:
     return 0.0
 
 
-def _bytes(g: Graph, n: int) -> float:
+def node_bytes(g: Graph, n: int) -> float:
+    """Bytes of one node's output (float64; a scalar counts one element)."""
     return 8.0 * prod(g.nodes[n].shape) if g.nodes[n].shape else 8.0
 
 
@@ -109,7 +115,7 @@ def place(g: Graph, roots: Sequence[int], machine: Machine,
             home = (residency or {}).get(n, Device.CPU)
             best[n] = {d: (0.0 if d is home else float("inf")) for d in devs}
             continue
-        io = _bytes(g, n) + sum(_bytes(g, i) for i in node.inputs)
+        io = node_bytes(g, n) + sum(node_bytes(g, i) for i in node.inputs)
         own = {d: cost.op_time(node_flops(g, n), io, d) for d in devs}
         if node.op in BINDINGS or node.op in VIEWS:
             own = {d: 0.0 for d in devs}
@@ -121,14 +127,14 @@ def place(g: Graph, roots: Sequence[int], machine: Machine,
                 if i == forced:
                     t += best[i][d]
                 else:
-                    t += min(best[i][e] + (0 if e is d else cost.transfer_time(_bytes(g, i)))
+                    t += min(best[i][e] + (0 if e is d else cost.transfer_time(node_bytes(g, i)))
                              for e in devs)
             total[d] = t
         best[n] = total
     chosen: dict[int, Device] = {}
     for r in roots:
         chosen[r] = min(devs, key=lambda d: best[r][d] + (
-            0 if d is Device.CPU else cost.transfer_time(_bytes(g, r))))
+            0 if d is Device.CPU else cost.transfer_time(node_bytes(g, r))))
     for n in reversed(order):
         d = chosen.setdefault(n, Device.CPU)
         forced = _forced(g, n)
@@ -139,45 +145,98 @@ def place(g: Graph, roots: Sequence[int], machine: Machine,
                 chosen[i] = d
             else:
                 chosen[i] = min(devs, key=lambda e: best[i][e] + (
-                    0 if e is d else cost.transfer_time(_bytes(g, i))))
+                    0 if e is d else cost.transfer_time(node_bytes(g, i))))
     g.device.update(chosen)
     _fit_gpu_budget(g, roots, machine)
 
 
-def gpu_live_peak(g: Graph, roots: Sequence[int]) -> float:
-    """Peak bytes of GPU-resident buffers along the execution order."""
-    order = g.order(roots)
+@dataclass(frozen=True)
+class DeviceProfile:
+    """GPU-resident bytes along an execution order: the peak, the step it is first reached
+    at, the buffers (owner nodes) live there, and each buffer's bytes."""
+
+    peak: float
+    step: int
+    live: tuple[int, ...]
+    size: dict = field(default_factory=dict, compare=False)
+
+
+def gpu_profile(g: Graph, roots: Sequence[int],
+                order: Sequence[int] | None = None) -> DeviceProfile:
+    """The executor's accounting of GPU buffers, statically: a buffer is made by its
+    allocating node and released after the last read of any of its versions (the roots'
+    buffers are kept); the peak is taken after every allocation. ``order`` is the route
+    the executor takes (default: ``g.order(roots)``)."""
+    order = g.order(roots) if order is None else order
     last: dict[int, int] = {}
     for k, n in enumerate(order):
         for i in g.nodes[n].inputs:
             last[g.owner(i)] = k
+    keep = {g.owner(r) for r in roots}
     live = peak = 0.0
+    step, snap = 0, ()
     alive: dict[int, float] = {}
     for k, n in enumerate(order):
         node = g.nodes[n]
         if node.op not in VIEWS and node.op not in INPLACE and node.op is not Op.INPUT and \
                 g.device.get(n) is Device.GPU:
-            alive[n] = _bytes(g, n)
+            alive[n] = node_bytes(g, n)
             live += alive[n]
-            peak = max(peak, live)
+            if live > peak:
+                peak, step, snap = live, k, tuple(sorted(alive))
         for i in node.inputs:
             o = g.owner(i)
-            if last.get(o) == k and o in alive and o not in roots:
+            if last.get(o) == k and o in alive and o not in keep:
                 live -= alive.pop(o)
-    return peak
+    sizes = {o: node_bytes(g, o) for o in snap}
+    return DeviceProfile(peak, step, snap, sizes)
+
+
+def gpu_live_peak(g: Graph, roots: Sequence[int], order: Sequence[int] | None = None) -> float:
+    """Peak bytes of GPU-resident buffers along the execution order (``gpu_profile``)."""
+    return gpu_profile(g, roots, order).peak
+
+
+def gpu_working_set(g: Graph, roots: Sequence[int]) -> tuple[float, int | None]:
+    """The largest GPU working set of one step — a GPU op's new buffer plus every buffer it
+    reads (wherever it lives now: it is copied over) — and that op: the floor below which
+    no eviction can bring the GPU peak."""
+    worst, at = 0.0, None
+    for n in g.order(roots):
+        node = g.nodes[n]
+        if g.device.get(n) is not Device.GPU or node.op in VIEWS or node.op is Op.INPUT:
+            continue
+        read = {g.owner(i) for i in node.inputs}
+        need = sum(node_bytes(g, o) for o in read if g.nodes[o].op is not Op.INPUT)
+        if node.op not in INPLACE:
+            need += node_bytes(g, n)
+        if need > worst:
+            worst, at = need, n
+    return worst, at
 
 
 def _fit_gpu_budget(g: Graph, roots: Sequence[int], machine: Machine) -> None:
+    """Move GPU buffers (each with every node touching it) to the CPU until the budget can
+    be met: each step's working set (``machine.evict``: the binding op goes) or else the
+    whole live peak (the largest buffer goes)."""
     if not machine.gpu:
         return
-    while gpu_live_peak(g, roots) > machine.gpu_budget:
-        on_gpu = [n for n in g.reachable(roots) if g.device.get(n) is Device.GPU
-                  and g.nodes[n].op not in VIEWS and g.nodes[n].op not in INPLACE]
-        if not on_gpu:
-            return
-        biggest = max(on_gpu, key=lambda n: (_bytes(g, n), -n))
+    while True:
+        if machine.evict:
+            need, at = gpu_working_set(g, roots)
+            if need <= machine.gpu_budget or at is None:
+                return
+            victim = g.owner(at)
+        else:
+            if gpu_live_peak(g, roots) <= machine.gpu_budget:
+                return
+            on_gpu = [n for n in g.reachable(roots) if g.device.get(n) is Device.GPU
+                      and g.nodes[n].op not in VIEWS and g.nodes[n].op not in INPLACE]
+            if not on_gpu:
+                return
+            victim = max(on_gpu, key=lambda n: (node_bytes(g, n), -n))
         for n in g.reachable(roots):            # the buffer and everything touching it
-            if g.owner(n) == biggest:
+            if g.owner(n) == victim:
                 g.device[n] = Device.CPU
 
 
@@ -200,11 +259,11 @@ def _run_time(g: Graph, members: Sequence[int], device: Device, cost: CostModel)
         node = g.nodes[n]
         if node.op in BINDINGS or node.op in VIEWS:
             continue
-        io = _bytes(g, n) + sum(_bytes(g, i) for i in node.inputs)
+        io = node_bytes(g, n) + sum(node_bytes(g, i) for i in node.inputs)
         t += cost.op_time(node_flops(g, n), io, device)
         for i in node.inputs:
             if i not in inside and g.device.get(g.owner(i), Device.CPU) is not device:
-                t += cost.transfer_time(_bytes(g, i))
+                t += cost.transfer_time(node_bytes(g, i))
     return t
 
 

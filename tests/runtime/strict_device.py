@@ -8,10 +8,14 @@ one that has since been drained), and runs inside an evaluation session. ``Stric
 the NumPy backend refusing anything but host arrays. So a result left on the "device", an
 op reading across devices without a copy node, a device op outside the evaluation's
 stream or a caller's stream not restored all fail a CPU test. The arithmetic is NumPy's
-own (the same kernels), so results equal a NumPy run.
+own (the same kernels), so results equal a NumPy run. The device also measures its own
+memory: every buffer it makes is counted from its making until the last array on it (the
+buffer or a view of it) is gone, so ``live_bytes`` and ``peak_bytes`` are what the
+"device" really held, independent of the executor's accounting.
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import numpy as np
@@ -85,6 +89,8 @@ class StrictDevice:
         self.streams: list[str] = []         # streams made, one per evaluation
         self.drained: set[str] = set()
         self.buffers = 0                     # device buffers made
+        self.live_bytes = 0                  # bytes of device buffers still referenced
+        self.peak_bytes = 0                  # the most live_bytes ever was
 
     @property
     def dtype(self):
@@ -117,8 +123,16 @@ class StrictDevice:
         return [x.data for x in xs]
 
     def _new(self, data: np.ndarray) -> DeviceArray:
+        if data.base is not None:            # a buffer of its own, as on a real device
+            data = data.copy()
         self.buffers += 1
+        self.live_bytes += data.nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(data, self._freed, data.nbytes)   # when its last view is gone
         return DeviceArray(data, self.device, self.current)
+
+    def _freed(self, nbytes: int) -> None:
+        self.live_bytes -= nbytes
 
     def _wrote(self, x: DeviceArray) -> DeviceArray:
         x.stream = self.current
