@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import InputTypeError, PolicyError, SequantEvalError
+from .errors import DistributedError, InputTypeError, PolicyError, SequantEvalError
 from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
@@ -60,6 +60,17 @@ class Report:
     loops: tuple[Loop, ...]
     forest: Forest
     schedule: ScheduleAnalysis         # the analysis the figures come from
+    cluster: object = None             # ClusterPlan when a cluster was named (workers=...)
+
+    @property
+    def worker_peak_bytes(self) -> int | None:
+        """Predicted peak of one cluster worker (one task per thread); None: no cluster."""
+        return None if self.cluster is None else self.cluster.worker_peak_bytes
+
+    @property
+    def client_peak_bytes(self) -> int | None:
+        """Predicted peak of the client of a cluster run (its steps and reduction buffers)."""
+        return None if self.cluster is None else self.cluster.client_peak_bytes
 
     def memory(self, title: str = ""):
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
@@ -90,7 +101,8 @@ class Report:
         else:
             live = ", ".join(f"v{v}" for v in self.live_at_binding)
         lines.append(f"live at the peak: {live}")
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines) + "\n"
+        return text + (self.cluster.dump() if self.cluster is not None else "")
 
 
 class Evaluator:
@@ -100,12 +112,13 @@ class Evaluator:
                  extents: Mapping[str, int] | Regime, budget=None,
                  policy: BatchPolicy | None = None, persist: bool = False,
                  progress=None, gpu_budget: float = float("inf"),
-                 volatile: Sequence[str] | None = None) -> None:
+                 volatile: Sequence[str] | None = None, client=None) -> None:
         if progress is not None and not callable(progress):
             raise InputTypeError(f"progress must be a callable progress(what, done, total), "
                                  f"got {type(progress).__name__} {progress!r}")
         self.progress = progress
-        self.last_meter = None          # the Meter of the latest evaluation
+        self.client = client            # a distributed.Client: evaluate on its cluster
+        self.last_meter = None          # the Meter (ClusterMeter) of the latest evaluation
         self.gpu_budget = gpu_budget
         self.equations = _as_equations(eqs)
         if isinstance(extents, Regime):
@@ -134,6 +147,8 @@ class Evaluator:
         self._itemsize = (self.policy or BatchPolicy()).itemsize
         self._fingerprints: dict[str, tuple] | None = None
         self._unbatched_flops: int | None = None
+        self._partitions: dict[int, object] = {}   # element size → the cut for a cluster
+        self._budgets: dict[int, float] = {}       # element size → the budget in bytes
 
     @property
     def batched(self):
@@ -146,6 +161,7 @@ class Evaluator:
             if self._share is not None:
                 policy = replace(policy, budget=self._share.of(
                     self._unbatched_peak(self._itemsize)))
+            self._budgets[self._itemsize] = policy.budget_bytes
             self._programs[self._itemsize] = Compiled(
                 fit_forest(self.forest, self.regime, policy, self.progress),
                 policy.volatile, self.persist)
@@ -161,9 +177,17 @@ class Evaluator:
         return plan_forest(self.forest, self.regime, policy, exact=checker)
 
     def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
-                 return_meter: bool = False):
+                 return_meter: bool = False, client=None, trace_tasks: bool = False):
         """``{equation: array}``; batched through the fitted schedule when a policy (or a
-        finite budget) is in force, else the unbatched walk."""
+        finite budget) is in force, else the unbatched walk.
+
+        With ``client`` (a ``distributed.Client``; default: the evaluator's own) the batches
+        of the outermost loops run as Dask tasks on its workers, the rest on the client
+        (``runtime/cluster.py``); the meter is then a ``ClusterMeter``, and
+        ``trace_tasks=True`` has every task measure its allocations with tracemalloc."""
+        client = client if client is not None else self.client
+        if client is not None:
+            return self._evaluate_on(client, tensors, backend, return_meter, trace_tasks)
         source = TensorSource(self.forest, tensors, self.extents)
         itemsize = source.dtype().itemsize
         if itemsize != self._itemsize:      # planned for the inputs' element size
@@ -175,6 +199,40 @@ class Evaluator:
         self.last_meter = meter
         return (results, meter) if return_meter else results
 
+    def _evaluate_on(self, client, tensors, backend: str, return_meter: bool, trace: bool):
+        from .report.progress import Progress
+        from .runtime.cluster import cluster_shape, run_on_cluster
+
+        cluster_shape(client)                 # refuses a missing dask or a wrong client
+        if backend != "numpy":
+            raise DistributedError(f"a cluster run (client=) executes on NumPy on the workers; "
+                                   f"backend {backend!r} is not supported there: use "
+                                   f"backend='numpy', or evaluate without client=")
+        if self.persist:
+            raise DistributedError("persist=True keeps intermediates in this process, which a "
+                                   "cluster run (client=) does not: use an Evaluator without "
+                                   "persist, or evaluate without client=")
+        source = TensorSource(self.forest, tensors, self.extents)
+        self._itemsize = source.dtype().itemsize
+        program = self.batched
+        source.check_batched(program.batched_leaves)
+        progress = self.progress or Progress()
+        try:
+            results, meter = run_on_cluster(self._partition(), client, tensors, source,
+                                            self._budgets[self._itemsize], progress, trace)
+        finally:
+            getattr(progress, "close", lambda: None)()
+        self.last_meter = meter
+        return (results, meter) if return_meter else results
+
+    def _partition(self):
+        """The fitted schedule cut into client work and per-batch tasks (made once)."""
+        from .runtime.partition import partition_schedule
+
+        if self._itemsize not in self._partitions:
+            self._partitions[self._itemsize] = partition_schedule(self.batched.analysis)
+        return self._partitions[self._itemsize]
+
     def _check_kept(self, program, tensors: Mapping[str, object]) -> None:
         """Kept intermediates are dropped (rebuilt) when a non-volatile input changed (see
         ``_fingerprint``: NumPy arrays by content, providers always)."""
@@ -185,8 +243,16 @@ class Evaluator:
             program.store.clear()
         self._fingerprints = prints
 
-    def analyze(self) -> Report:
-        """The planned dry run (the element size is the policy's)."""
+    def analyze(self, workers: int | None = None, threads_per_worker: int = 1,
+                client=None) -> Report:
+        """The planned dry run (the element size is the policy's). With ``workers`` (or a
+        ``client``, whose cluster shape is read) the report also predicts a cluster run:
+        ``worker_peak_bytes`` (one task in flight per worker thread) and
+        ``client_peak_bytes`` (the client's steps and reduction buffers)."""
+        if client is not None:
+            from .runtime.cluster import cluster_shape
+
+            workers, threads_per_worker = cluster_shape(client)
         a = self.batched.analysis
         if self.policy is None or not self.policy.finite:
             unbatched = a.flops
@@ -195,9 +261,18 @@ class Evaluator:
                 self._unbatched_flops = analyze_schedule(
                     self.forest, plan_forest(self.forest, self.regime, BatchPolicy())).flops
             unbatched = self._unbatched_flops
+        cluster = None
+        if workers is not None:
+            from .runtime.cluster_plan import plan_cluster
+
+            if int(workers) < 1 or int(threads_per_worker) < 1:
+                raise DistributedError(f"workers and threads_per_worker must be at least 1, "
+                                       f"got {workers} and {threads_per_worker}")
+            cluster = plan_cluster(self._partition(), int(workers), int(threads_per_worker),
+                                   self._budgets[self._itemsize])
         return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
-                      self.forest, a)
+                      self.forest, a, cluster)
 
 
 def _fingerprint(given) -> tuple:
@@ -230,7 +305,7 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
              gpu_budget: float = float("inf"), progress=None, return_meter: bool = False,
-             persist: bool = False, volatile: Sequence[str] | None = None):
+             persist: bool = False, volatile: Sequence[str] | None = None, client=None):
     """Evaluate equations; returns ``{equation name: NumPy array}`` (axes in result slot
     order), whatever the backend.
 
@@ -248,16 +323,22 @@ def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
     Each batch reads only its own sub-block. With a budget (bytes, ``"5MB"``, or ``"25%"``
     of the unbatched peak) or a policy the evaluation runs batched so that its peak memory
     stays within the budget; an infeasible budget raises InfeasibleBudget before any work.
-    ``backend``: numpy, cupy, auto, array_api_strict or dryrun (shapes only)."""
+    ``backend``: numpy, cupy, auto, array_api_strict or dryrun (shapes only).
+    ``client``: a ``distributed.Client``; the batches of the outermost loops then run as
+    Dask tasks on its workers, each worker within the budget (needs
+    ``pip install 'sequant-eval[dist]'``)."""
     return Evaluator(eqs, extents, budget, policy, persist=persist, progress=progress,
-                     gpu_budget=gpu_budget, volatile=volatile).evaluate(tensors, backend,
-                                                                        return_meter)
+                     gpu_budget=gpu_budget, volatile=volatile).evaluate(
+        tensors, backend, return_meter, client=client)
 
 
 def analyze(eqs, extents: Mapping[str, int], budget=None,
-            policy: BatchPolicy | None = None) -> Report:
-    """Dry run: peak bytes, where it is reached, flops and loops, without any array."""
-    return Evaluator(eqs, extents, budget, policy).analyze()
+            policy: BatchPolicy | None = None, workers: int | None = None,
+            threads_per_worker: int = 1) -> Report:
+    """Dry run: peak bytes, where it is reached, flops and loops, without any array. With
+    ``workers``, also the predicted per-worker and client peaks of a cluster run
+    (``Report.worker_peak_bytes``, ``Report.client_peak_bytes``, ``Report.cluster``)."""
+    return Evaluator(eqs, extents, budget, policy).analyze(workers, threads_per_worker)
 
 
 def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = None) -> int:

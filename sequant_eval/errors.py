@@ -19,6 +19,8 @@ __all__ = [
     "PolicyError",
     "UsageError",
     "StaleInput",
+    "DistributedError",
+    "TaskFailed",
 ]
 
 
@@ -101,3 +103,25 @@ class UsageError(SequantEvalError):
 
 class StaleInput(SequantEvalError):
     """A persisted evaluation's kept intermediates no longer match its inputs."""
+
+
+class DistributedError(SequantEvalError):
+    """A run on a Dask cluster that cannot go ahead: dask.distributed not installed, a client
+    that is not a ``distributed.Client``, an option a cluster run does not support, inputs
+    the workers cannot read, a per-worker peak over the budget."""
+
+
+class TaskFailed(DistributedError):
+    """A task of a cluster run failed on its worker (or its workers kept dying). Names the
+    equations, the loop and the batch; ``cause`` is the worker's exception."""
+
+    def __init__(self, message: str, loop: int, batch: int, equations: tuple[str, ...],
+                 cause: BaseException | None = None) -> None:
+        self.loop = loop
+        self.batch = batch
+        self.equations = equations
+        self.cause = cause
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.loop, self.batch, self.equations, None))

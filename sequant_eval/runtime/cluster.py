@@ -1,0 +1,286 @@
+"""Run a partitioned schedule on a Dask cluster (``distributed.Client``).
+
+The client runs the work outside the outermost batch loops (``partition.py``); every batch
+of a distributed outer block is one Dask task running the one executor (``engine.py``) on
+that batch's graph. Values computed before a block and read inside it are scattered once
+to every worker (broadcast) and handed to the tasks as dependencies; inputs travel as a way
+to read them (``shipping.py``), so each worker reads its own batch slices. Results are
+gathered as each task finishes and applied on the client in batch order (sums, scatters
+and the additions into equation sums, in the single-process order: bitwise the same
+result); one task is in flight per worker thread, and at most ``window`` results are held
+ahead of the batch being applied, which bounds what the client buffers
+(``cluster_plan.py``).
+
+Dask itself is imported only here, and only when a cluster run is asked for.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import tracemalloc
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DistributedError, TaskFailed
+from ..forest.values import Forest
+from ..units import format_bytes
+from .backends import NumpyBackend
+from .cluster_plan import ClusterPlan, plan_cluster
+from .engine import run_graph
+from .graph import Device
+from .partition import Block, Partition, Segment, Task
+from .shipping import open_inputs, ship_inputs
+from .sources import TensorSource
+
+__all__ = ["INSTALL", "import_distributed", "cluster_shape", "run_on_cluster", "run_task",
+           "TaskRecord", "ClusterMeter"]
+
+INSTALL = "pip install 'sequant-eval[dist]'"
+
+
+def import_distributed():
+    """``distributed``, or a DistributedError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as err:
+        raise DistributedError(
+            f"client= runs the evaluation on a Dask cluster, which needs dask.distributed "
+            f"(not installed here: {err}); install it with {INSTALL}, or evaluate without "
+            f"client=") from err
+    return distributed
+
+
+def cluster_shape(client) -> tuple[int, int]:
+    """(workers, threads per worker) of a ``distributed.Client``; anything else is refused."""
+    distributed = import_distributed()
+    if not isinstance(client, distributed.Client):
+        raise DistributedError(f"client must be a distributed.Client, got "
+                               f"{type(client).__name__} {client!r}")
+    nthreads = client.nthreads()
+    if not nthreads:
+        raise DistributedError(f"the cluster of {client!r} has no workers: start some (e.g. "
+                               f"distributed.LocalCluster(n_workers=2, threads_per_worker=1))")
+    return len(nthreads), max(nthreads.values())
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What one task measured on its worker."""
+
+    block: int                      # index in ``Partition.blocks``
+    loop: int
+    batch: int
+    worker: str
+    peak_bytes: int                 # the executor's metered peak
+    traced_bytes: int | None        # tracemalloc's peak inside the task (when traced)
+    seconds: float
+    flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterMeter:
+    """What a cluster run measured, beside what was predicted (``plan``)."""
+
+    plan: ClusterPlan
+    tasks: tuple[TaskRecord, ...]
+    client_peak_bytes: int          # metered: a client step's peak plus what it holds across
+    flops: float
+    seconds: float
+
+    @property
+    def task_peak_bytes(self) -> int:
+        return max((t.peak_bytes for t in self.tasks), default=0)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The larger of the client's and the largest task's metered peak."""
+        return max(self.client_peak_bytes, self.task_peak_bytes)
+
+    def dump(self) -> str:
+        return (f"cluster meter: {len(self.tasks)} tasks; task peak "
+                f"{format_bytes(self.task_peak_bytes)} (predicted per worker "
+                f"{format_bytes(self.plan.worker_peak_bytes)}); client peak "
+                f"{format_bytes(self.client_peak_bytes)} (predicted "
+                f"{format_bytes(self.plan.client_peak_bytes)}); {self.seconds:.3f} s\n")
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """Scattered once per run: what every task needs besides its own graph."""
+
+    forest: Forest
+    extents: dict
+    dtype: np.dtype
+
+
+_LOCAL = threading.local()
+
+
+def run_task(shared: _Shared, segment: Segment, bundle: dict, stored: dict, trace: bool):
+    """On a worker: one batch's graph by the one executor; its results by global node, and
+    (metered peak, traced peak or None, seconds, worker address)."""
+    source = TensorSource(shared.forest, open_inputs(bundle), shared.extents)
+    be = getattr(_LOCAL, "backend", None)
+    if be is None:                      # one per worker thread: kernel plans are reused
+        be = _LOCAL.backend = NumpyBackend()
+    be.dtype = shared.dtype
+    start = time.perf_counter()
+    if trace:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+    try:
+        out, meter = run_graph(segment.graph, segment.roots, shared.forest,
+                               {Device.CPU: be}, source, stored)
+        traced = tracemalloc.get_traced_memory()[1] - base if trace else None
+    finally:
+        if trace:
+            tracemalloc.stop()
+    try:
+        from distributed import get_worker
+
+        where = get_worker().address
+    except (ImportError, ValueError):
+        where = "?"
+    results = {g: out[r] for g, r in zip(segment.gives, segment.roots)}
+    return results, (meter.peak_bytes, traced, time.perf_counter() - start, where,
+                     meter.flops)
+
+
+def run_on_cluster(part: Partition, client, tensors, source: TensorSource,
+                   budget: float = float("inf"), progress=None, trace: bool = False):
+    """Evaluate ``part`` with ``client``: ``({equation: array}, ClusterMeter)``. Refuses,
+    before any work, a cluster whose per-worker peak would exceed ``budget`` (bytes)."""
+    workers, threads = cluster_shape(client)
+    plan = plan_cluster(part, workers, threads, budget)
+    if plan.worker_peak_bytes > plan.budget_bytes:
+        k = int(np.argmax(plan.task_peaks))
+        t = part.tasks[k]
+        raise DistributedError(
+            f"on workers of {threads} threads the per-worker peak would be "
+            f"{format_bytes(plan.worker_peak_bytes)}, over the budget "
+            f"{format_bytes(plan.budget_bytes)} (the largest task, batch {t.batch} of "
+            f"{part.blocks[t.block].describe()}, holds {format_bytes(plan.task_peaks[k])}); "
+            f"start the workers with one thread each (threads_per_worker=1, "
+            f"dask worker --nthreads 1) or plan for a budget {threads}x smaller")
+    return _Run(part, client, source, progress, trace, plan).go(tensors)
+
+
+class _Run:
+    """One evaluation on the cluster: the client's held values and what it measured."""
+
+    def __init__(self, part: Partition, client, source, progress, trace, plan) -> None:
+        self.part, self.client, self.source = part, client, source
+        self.progress, self.trace, self.plan = progress, trace, plan
+        self.distributed = import_distributed()
+        self.held: dict[int, object] = {}
+        self.early: dict[int, dict] = {}          # results come back before their turn
+        self.records: list[TaskRecord] = []
+        self.client_peak = 0
+        self.flops = 0.0
+        self.be = NumpyBackend()
+        self.be.dtype = source.dtype()
+        self.token = uuid.uuid4().hex[:8]
+
+    def go(self, tensors):
+        start = time.perf_counter()
+        c = self.client
+        try:
+            shared = c.scatter(_Shared(self.part.forest, dict(self.source.extents),
+                                       self.source.dtype()), broadcast=True, hash=False)
+            bundle = ship_inputs(tensors, lambda a: c.scatter(a, broadcast=True, hash=False))
+        except Exception as err:
+            raise DistributedError(
+                f"could not send the inputs to the workers ({type(err).__name__}: {err}); "
+                f"give tensors the workers can read: NumPy arrays, h5py datasets, np.memmap, "
+                f"zarr arrays or a picklable provider(spaces, ranges)") from err
+        self.local(self.part.pre)
+        for block in self.part.blocks:
+            self.block(block, shared, bundle)
+        results = {name: self.held[g] for name, g in self.part.results.items()}
+        meter = ClusterMeter(self.plan, tuple(self.records), self.client_peak, self.flops,
+                             time.perf_counter() - start)
+        return results, meter
+
+    def local(self, seg: Segment) -> None:
+        """A client step; then drop what no later step reads."""
+        if not seg.empty:
+            out, meter = run_graph(seg.graph, seg.roots, self.part.forest,
+                                   {Device.CPU: self.be}, self.source,
+                                   {g: self.held[g] for g in seg.stored})
+            self.held.update((g, out[r]) for g, r in zip(seg.gives, seg.roots))
+            mine = set(seg.stored) | set(seg.gives)
+            carried = sum(x.nbytes for g, x in self.held.items() if g not in mine)
+            carried += sum(x.nbytes for res in self.early.values() for x in res.values())
+            self.client_peak = max(self.client_peak, meter.peak_bytes + carried)
+            self.flops += meter.flops
+        last = self.part.last_use
+        for g in [g for g in self.held if last.get(g, -1) <= seg.step]:
+            del self.held[g]
+
+    def block(self, block: Block, shared, bundle) -> None:
+        c, ac = self.client, self.distributed.as_completed()
+        hoisted = block.hoisted
+        scattered = dict(zip(hoisted, c.scatter([self.held[g] for g in hoisted],
+                                                broadcast=True, hash=False))) if hoisted else {}
+        pending, running = deque(block.tasks), {}
+        applied = 0
+
+        def submit() -> None:
+            t = pending.popleft()
+            key = f"sequant-eval-L{block.loop.id}-b{t.batch}-{self.token}"
+            f = c.submit(run_task, shared, t.segment, bundle,
+                         {g: scattered[g] for g in t.segment.stored}, self.trace,
+                         key=key, pure=False)
+            running[f.key] = t
+            ac.add(f)
+
+        while self._room(block, pending, running, applied):
+            submit()
+        for f in ac:
+            t = running.pop(f.key)
+            try:
+                out, (peak, traced, seconds, where, flops) = f.result()
+            except Exception as err:
+                for other in list(running):
+                    c.cancel(other)
+                raise _failed(block, t, err) from err
+            f.release()
+            self.records.append(TaskRecord(t.block, block.loop.id, t.batch, where, peak,
+                                           traced, seconds, flops))
+            self.flops += flops
+            self.early[t.batch] = {g: x if x.flags.writeable else np.array(x)   # the client
+                                   for g, x in out.items()}                   # may add into it
+            while applied in self.early:
+                self.held.update(self.early.pop(applied))
+                self.local(block.applies[applied])
+                applied += 1
+            if self.progress is not None:
+                self.progress("cluster tasks", len(self.records), len(self.part.tasks))
+            while self._room(block, pending, running, applied):
+                submit()
+        del scattered
+
+
+    def _room(self, block: Block, pending, running, applied: int) -> bool:
+        """Whether to submit the next task: one task in flight per worker thread (none
+        queued behind a running one, so a worker sends its result before it starts the
+        next), and at most ``window`` results held ahead of the batch being applied."""
+        window = self.plan.window
+        ahead = len(block.tasks) - len(pending) - applied
+        return bool(pending) and len(running) < window and ahead <= window
+
+
+def _failed(block: Block, t: Task, err: BaseException) -> TaskFailed:
+    lo, hi = t.span
+    what = (f"batch {t.batch} [{lo}:{hi}] of {block.describe()}")
+    if type(err).__name__ == "KilledWorker":
+        way = ("its workers kept dying (distributed.scheduler.allowed-failures); check the "
+               "worker logs (a memory limit?), or evaluate without client= in one process")
+    else:
+        way = ("fix the cause and rerun; evaluate(..., client=None) runs the same schedule "
+               "in one process")
+    return TaskFailed(f"the task for {what} failed: {type(err).__name__}: {err}; {way}",
+                      block.loop.id, t.batch, block.equations, err)

@@ -1,0 +1,122 @@
+"""The caller's tensors as the workers of a cluster see them.
+
+A worker reads its own batch slices (``TensorSource`` on the worker, the same readers as in
+one process), so what travels is a way to read, not the data:
+
+- an HDF5 dataset travels as its file and name (``H5Dataset``), reopened read-only on the
+  worker (once per worker process);
+- a ``np.memmap`` of a whole file region travels as its file, dtype, shape, offset and
+  order (``MemoryMap``), reopened read-only; a view into a map, or a copy-on-write map, is
+  an in-memory array;
+- a provider ``provider(spaces, ranges)`` travels as itself (cloudpickle) and is called on
+  the worker with that worker's ranges; any other array-like (a zarr array) travels pickled,
+  which for zarr is its store's address;
+- an in-memory NumPy array is scattered once to every worker (``client.scatter``, broadcast)
+  and read there by slice.
+"""
+from __future__ import annotations
+
+import mmap
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["H5Dataset", "MemoryMap", "ship_inputs", "open_inputs"]
+
+_OPEN: dict[str, object] = {}          # per worker process: HDF5 files opened read-only
+
+
+@dataclass(frozen=True)
+class H5Dataset:
+    """An HDF5 dataset by file and name."""
+
+    file: str
+    name: str
+
+    def open(self):
+        import h5py
+
+        f = _OPEN.get(self.file)
+        if f is None or not f.id.valid:
+            f = _OPEN[self.file] = h5py.File(self.file, "r")
+        return f[self.name]
+
+
+@dataclass(frozen=True)
+class MemoryMap:
+    """A NumPy memory map by file, element type, shape, byte offset and order."""
+
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    order: str
+
+    def open(self) -> np.memmap:
+        return np.memmap(self.file, self.dtype, "r", self.offset, self.shape, self.order)
+
+
+def _h5(x) -> H5Dataset | None:
+    h5py = sys.modules.get("h5py")
+    if h5py is None or not isinstance(x, h5py.Dataset):
+        return None
+    if x.file.mode != "r":
+        x.file.flush()                  # what the workers read is what the caller wrote
+    return H5Dataset(str(x.file.filename), str(x.name))
+
+
+def _memmap(x) -> MemoryMap | None:
+    """A memmap that is the whole region it maps (not a view into it), else None."""
+    if not isinstance(x, np.memmap) or x.filename is None or x.mode == "c":
+        return None
+    raw = getattr(x, "_mmap", None)
+    if raw is None or not (x.flags.c_contiguous or x.flags.f_contiguous):
+        return None
+    start = x.offset - x.offset % mmap.ALLOCATIONGRANULARITY
+    if x.ctypes.data != np.frombuffer(raw, np.uint8).ctypes.data + x.offset - start:
+        return None
+    if x.mode != "r":
+        x.flush()
+    return MemoryMap(str(x.filename), x.dtype.str, tuple(x.shape), int(x.offset),
+                     "C" if x.flags.c_contiguous else "F")
+
+
+def ship_inputs(tensors: Mapping[str, object], scatter: Callable[[list], list]) -> dict:
+    """``tensors`` with every value replaced by what travels (see the module docstring);
+    ``scatter(arrays) -> futures`` sends the in-memory arrays once to every worker."""
+    arrays: list = []
+
+    def one(x):
+        handle = _h5(x) or _memmap(x)
+        if handle is not None:
+            return handle
+        if isinstance(x, np.ndarray):
+            arrays.append(np.asarray(x))
+            return _Slot(len(arrays) - 1)
+        return x
+
+    shipped = {name: ({k: one(v) for k, v in given.items()} if isinstance(given, Mapping)
+                      else one(given)) for name, given in tensors.items()}
+    futures = scatter(arrays) if arrays else []
+
+    def fill(x):
+        return futures[x.index] if isinstance(x, _Slot) else x
+
+    return {name: ({k: fill(v) for k, v in given.items()} if isinstance(given, dict)
+                   else fill(given)) for name, given in shipped.items()}
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def open_inputs(bundle: Mapping[str, object]) -> dict:
+    """On a worker: the shipped tensors, handles reopened (scattered arrays arrive as arrays)."""
+    def one(x):
+        return x.open() if isinstance(x, (H5Dataset, MemoryMap)) else x
+
+    return {name: ({k: one(v) for k, v in given.items()} if isinstance(given, Mapping)
+                   else one(given)) for name, given in bundle.items()}

@@ -1,0 +1,235 @@
+"""CCSD on a Dask cluster (2 single-threaded worker processes): values, inputs read by
+slice on the workers, memory per task, typed errors, a worker killed mid-run.
+
+Oracle: the single-process evaluation of the same inputs under the same fitted schedule
+(``Evaluator.evaluate`` without a client), to 1e-12 relative; for memory, each task's own
+dry-run prediction (metered peak, to the byte) and ``tracemalloc`` inside the task.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+import sequant_eval as se
+from sequant_eval.chem.equations import ccsd_equations
+from sequant_eval.runtime.shipping import H5Dataset, MemoryMap, ship_inputs
+
+EXT = {"i": 10, "a": 38}          # H2O/cc-pVDZ spin-orbital extents
+N = sum(EXT.values())
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    rng = np.random.default_rng(12)
+    return {"f": rng.standard_normal((N, N)), "g": rng.standard_normal((N, N, N, N)),
+            "t1": 0.1 * rng.standard_normal((38, 10)),
+            "t2": 0.1 * rng.standard_normal((38, 38, 10, 10))}
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return se.Evaluator(ccsd_equations(), EXT, budget="25%")
+
+
+@pytest.fixture(scope="module")
+def reference(evaluator, arrays):
+    return evaluator.evaluate(arrays)
+
+
+def _close(out, reference):
+    assert set(out) == set(reference)
+    for name, ref in reference.items():
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert np.abs(np.asarray(out[name]) - ref).max() <= 1e-12 * scale, name
+
+
+def test_ccsd_at_a_quarter_budget_equals_one_process(client, evaluator, arrays, reference):
+    out, meter = evaluator.evaluate(arrays, client=client, return_meter=True)
+    assert len(meter.tasks) > 1 and len(meter.plan.blocks) > 1
+    assert len({t.worker for t in meter.tasks}) == 2, "both workers should have run tasks"
+    _close(out, reference)
+
+
+def test_bitwise_equal_with_the_same_blas_threads(client, evaluator, arrays):
+    """Dask's workers run their BLAS single-threaded; so does the oracle here. The client
+    applies the results in batch order, the single-process order: every bit the same."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1):
+        reference = evaluator.evaluate(arrays)
+        out = evaluator.evaluate(arrays, client=client)
+    for name, ref in reference.items():
+        assert np.array_equal(out[name], ref), name
+
+
+def _provider(path: str, log: str):
+    """Reads ``g`` from a .npy file by memory map; logs every request with the reader's pid."""
+    def read(spaces, ranges):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {','.join(spaces)} {list(ranges)}\n")
+        off = {"i": 0, "a": EXT["i"]}
+        whole = np.load(path, mmap_mode="r")
+        return np.array(whole[tuple(slice(off[s] + lo, off[s] + hi)
+                                    for s, (lo, hi) in zip(spaces, ranges))])
+    return read
+
+
+@pytest.mark.parametrize("kind", ["h5py", "memmap", "provider"])
+def test_workers_read_their_own_batch_slices(client, evaluator, arrays, reference, kind,
+                                             tmp_path):
+    """h5py datasets and memory maps travel as file handles, providers as themselves; the
+    provider's log shows the workers asking only for sub-blocks of the blocks the plan
+    batches."""
+    tensors = dict(arrays)
+    if kind == "h5py":
+        h5py = pytest.importorskip("h5py")
+        with h5py.File(tmp_path / "g.h5", "w") as f:
+            f["g"] = arrays["g"]
+        handle = h5py.File(tmp_path / "g.h5", "r")
+        tensors["g"] = handle["g"]
+    elif kind == "memmap":
+        mm = np.lib.format.open_memmap(tmp_path / "g.npy", "w+", np.float64, arrays["g"].shape)
+        mm[...] = arrays["g"]
+        mm.flush()
+        tensors["g"] = np.lib.format.open_memmap(tmp_path / "g.npy", "r")
+    else:
+        np.save(tmp_path / "g.npy", arrays["g"])
+        tensors["g"] = _provider(str(tmp_path / "g.npy"), str(tmp_path / "log"))
+    shipped = ship_inputs(tensors, lambda a: [f"future{k}" for k in range(len(a))])
+    want = {"h5py": H5Dataset, "memmap": MemoryMap}.get(kind)
+    assert isinstance(shipped["g"], want) if want else shipped["g"] is tensors["g"]
+    assert shipped["f"] == "future0"                 # in-memory arrays are scattered
+    out = evaluator.evaluate(tensors, client=client)
+    _close(out, reference)
+    if kind == "h5py":
+        handle.close()
+    if kind == "provider":
+        a = evaluator.batched.analysis
+        batched = {a.forest.values[f.value].spaces for f in a.rich.forms
+                   if f.kind.value == "leaf" and f.sliced and
+                   a.forest.values[f.value].tensor == "g"}
+        seen = 0
+        for line in (tmp_path / "log").read_text().splitlines():
+            pid, spaces, ranges = line.split(" ", 2)
+            spaces = tuple(spaces.split(","))
+            if int(pid) != os.getpid() and spaces in batched:
+                seen += 1
+                whole = [(0, EXT[s]) for s in spaces]
+                assert eval(ranges) != whole, f"a worker read block {spaces} whole"
+        assert seen, "the workers should have read batched blocks of g"
+
+
+def test_each_task_allocates_within_the_predicted_worker_peak(client, evaluator, arrays):
+    """tracemalloc inside every task (second run: the first makes the kernel plans) against
+    the predicted per-worker peak; the executor's metered peak equals each task's own
+    prediction to the byte."""
+    evaluator.evaluate(arrays, client=client)
+    _, meter = evaluator.evaluate(arrays, client=client, return_meter=True, trace_tasks=True)
+    plan = meter.plan
+    assert plan.threads_per_worker == 1
+    assert plan.worker_peak_bytes <= plan.budget_bytes
+    ordered = sorted(meter.tasks, key=lambda t: (t.block, t.batch))
+    assert [t.peak_bytes for t in ordered] == list(plan.task_peaks)
+    for t in ordered:
+        assert t.traced_bytes is not None and t.traced_bytes > 0
+        assert t.traced_bytes <= 1.05 * plan.worker_peak_bytes, t
+    largest = [t for t in ordered if t.peak_bytes == plan.task_peak_bytes]
+    assert all(t.traced_bytes <= 1.05 * t.peak_bytes for t in largest), largest
+
+
+def test_analyze_names_the_worker_and_client_peaks():
+    rep = se.analyze(ccsd_equations(), EXT, budget="25%", workers=2)
+    assert rep.cluster.workers == 2 and rep.cluster.tasks > 1
+    assert 0 < rep.worker_peak_bytes <= rep.cluster.budget_bytes
+    assert rep.worker_peak_bytes <= rep.peak_bytes and rep.client_peak_bytes > 0
+    assert "per-worker peak" in rep.dump() and "client peak" in rep.dump()
+    assert se.analyze(ccsd_equations(), EXT, budget="25%").worker_peak_bytes is None
+    four = se.analyze(ccsd_equations(), EXT, budget="25%", workers=1, threads_per_worker=4)
+    assert four.worker_peak_bytes == 4 * rep.worker_peak_bytes
+
+
+def _fails_on_workers(spaces, ranges):
+    """A provider that works on the client and fails on any worker."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except ValueError:
+        return np.zeros([hi - lo for lo, hi in ranges])
+    raise OSError("disk on fire")
+
+
+def test_a_failing_task_raises_a_typed_error_on_the_client(client, evaluator, arrays):
+    with pytest.raises(se.TaskFailed) as info:
+        evaluator.evaluate(dict(arrays, g=_fails_on_workers), client=client)
+    err = info.value
+    assert isinstance(err, se.DistributedError) and isinstance(err, se.SequantEvalError)
+    text = str(err)
+    assert "disk on fire" in text and f"loop L{err.loop}" in text
+    assert f"batch {err.batch}" in text and "R2" in text and "client=None" in text
+    assert isinstance(err.cause, se.MissingTensor)
+
+
+def test_without_dask_client_is_a_typed_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(se.DistributedError, match=r"pip install 'sequant-eval\[dist\]'"):
+        se.evaluate("R{i_1} = M{i_1,i_2} * x{i_2}", {}, {"i": 4}, client=object())
+
+
+def test_what_a_cluster_run_does_not_do_is_refused(client, arrays):
+    ev = se.Evaluator(ccsd_equations(), EXT, budget="25%")
+    with pytest.raises(se.DistributedError, match="distributed.Client"):
+        ev.evaluate(arrays, client=object())
+    with pytest.raises(se.DistributedError, match="backend 'dryrun'"):
+        ev.evaluate(arrays, backend="dryrun", client=client)
+    kept = se.Evaluator(ccsd_equations(), EXT, budget="25%", persist=True,
+                        volatile=("t1", "t2"))
+    with pytest.raises(se.DistributedError, match="persist"):
+        kept.evaluate(arrays, client=client)
+
+
+def test_a_worker_killed_mid_run_is_retried_and_the_result_is_exact(client, arrays,
+                                                                   reference):
+    """One worker is killed (SIGKILL) as soon as the first task's result is in: between
+    its tasks, or — when it had already started its next queued one — during that task. Dask reschedules what it held or ran on the other worker (the
+    values shared with the tasks are broadcast, so the survivor has them) and the nanny
+    restarts it. Reliable on a LocalCluster of processes: the kill is triggered by the run
+    itself (the progress callback), not by timing."""
+    pids = client.run(os.getpid)
+    killed = []
+
+    def progress(what, done, total):
+        if what == "cluster tasks" and not killed:
+            worker = sorted(pids)[0]
+            killed.append(worker)
+            os.kill(pids[worker], signal.SIGKILL)
+
+    ev = se.Evaluator(ccsd_equations(), EXT, budget="25%", progress=progress)
+    out = ev.evaluate(arrays, client=client)
+    assert killed
+    _close(out, reference)
+    client.wait_for_workers(2, timeout=60)
+    assert set(client.run(os.getpid).values()) != set(pids.values())
+
+
+def test_the_readme_cluster_recipe_runs(client):
+    """The README's recipe, after its ten-line example, on this module's cluster (its own
+    ``Client(...)`` and ``client.close()`` lines left out). Oracle: the ten-line example's
+    single-process ``out``."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    ten = re.search(r"## Ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    recipe = re.search(r"## On a Dask cluster\n\n```python\n(.*?)```", text, re.S).group(1)
+    lines = [ln for ln in recipe.splitlines()
+             if not ln.startswith("client = ") and ln != "client.close()"]
+    scope: dict = {}
+    exec(compile(ten, "README.md", "exec"), scope)
+    single = scope["out"]
+    scope["client"] = client
+    exec(compile("\n".join(lines), "README.md", "exec"), scope)
+    _close(scope["out"], single)
