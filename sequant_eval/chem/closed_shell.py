@@ -22,22 +22,10 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
 
-from .integrals import SCFNotConverged, check_request, _sub_block, _transform_rows, density_fitted
+from .integrals import (SCFNotConverged, _sub_block, _transform_rows, check_frozen,  # noqa: F401
+                        check_request, density_fitted)
 
 __all__ = ["ClosedShellIntegrals", "check_frozen"]
-
-
-def check_frozen(frozen: Any, nocc: int) -> int:
-    """``frozen`` as a number of core orbitals, refused unless ``0 <= frozen < nocc``."""
-    if isinstance(frozen, bool) or not isinstance(frozen, (int, np.integer)):
-        raise UnsupportedFeature(
-            f"frozen={frozen!r}: give the number of lowest orbitals to freeze (an int); "
-            "lists of orbital indices are not supported")
-    if not 0 <= int(frozen) < nocc:
-        raise UnsupportedFeature(
-            f"frozen={frozen} must be between 0 and {nocc - 1}: the molecule has {nocc} "
-            "doubly occupied orbitals and at least one must stay active")
-    return int(frozen)
 
 
 class ClosedShellIntegrals:

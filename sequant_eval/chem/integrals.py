@@ -93,6 +93,19 @@ def density_fitted(mf: Any) -> bool:
     return attrs.get("with_df") is not None
 
 
+def check_frozen(frozen: Any, nocc: int) -> int:
+    """``frozen`` as a number of core orbitals, refused unless ``0 <= frozen < nocc``."""
+    if isinstance(frozen, bool) or not isinstance(frozen, (int, np.integer)):
+        raise UnsupportedFeature(
+            f"frozen={frozen!r}: give the number of lowest orbitals to freeze (an int); "
+            "lists of orbital indices are not supported")
+    if not 0 <= int(frozen) < nocc:
+        raise UnsupportedFeature(
+            f"frozen={frozen} must be between 0 and {nocc - 1}: the molecule has {nocc} "
+            "doubly occupied orbitals and at least one must stay active")
+    return int(frozen)
+
+
 class SCFNotConverged(SequantEvalError):
     """The mean-field calculation handed over did not converge."""
 
@@ -120,8 +133,6 @@ class SpinOrbitalIntegrals:
     """
 
     def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30, frozen: int = 0) -> None:
-        from .closed_shell import check_frozen
-
         mo_all = np.asarray(mf.mo_coeff, dtype=np.float64)
         mo_occ = np.asarray(mf.mo_occ)
         nfrozen = check_frozen(frozen, int(np.count_nonzero(mo_occ > 0)))

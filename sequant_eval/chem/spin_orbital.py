@@ -50,7 +50,7 @@ class GeneralSpinOrbitalIntegrals:
     def __init__(self, mf: Any, frozen: int = 0) -> None:
         from pyscf import scf
 
-        from .closed_shell import check_frozen
+        from .integrals import check_frozen
 
         e_tot = float(mf.e_tot)
         ghf = mf if mf.istype("GHF") else scf.addons.convert_to_ghf(mf)
