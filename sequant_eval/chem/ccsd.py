@@ -23,6 +23,9 @@ __all__ = ["CCSDRun", "residual_function", "run_ccsd"]
 
 @dataclass(frozen=True)
 class CCSDRun:
+    """One CCSD run: the molecule, HF and CC results, and the predicted (dry-run) and
+    measured (NumPy) memory of its residual evaluation."""
+
     molecule: str
     basis: str
     e_hf: float
@@ -36,9 +39,11 @@ class CCSDRun:
 
     @property
     def e_corr(self) -> float:
+        """The converged correlation energy, Eh."""
         return self.result.e_corr
 
     def summary(self) -> str:
+        """Energies, iterations and predicted vs measured peak as printable lines."""
         p, m = self.predicted, self.measured
         match = "equal" if p.peak_bytes == m.peak_bytes else "DIFFER"
         return "\n".join([

@@ -16,7 +16,9 @@ product ``T1^k T2^m / (k! m!)`` allowed by excitation rank we apply sympy's
 shares a summed index with the Hamiltonian tensor.  Each term is then brought
 to a canonical form (minimum over renamings of the dummy indices, with the
 antisymmetric slot pairs of ``g`` and ``t2`` sorted), like terms are merged
-with exact rational coefficients, and the result is printed deterministically.
+with exact rational coefficients, and the result is built as expression IR
+(``sequant_eval.expr``: Equation, Product, Tensor, Index) and printed deterministically
+with the expression printer.
 """
 from __future__ import annotations
 
@@ -39,15 +41,18 @@ from sympy.physics.secondquant import (
     wicks,
 )
 
+from ..expr import Equation, Index, Product, Tensor, parse
+from ..expr.printer import format_equation
+from ..expr.spintrace import spin_trace
+
 __all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "derive_ccsd_text", "derive_equations",
            "closed_shell_text", "regenerate", "main"]
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
 CLOSED_SHELL_PATH = DATA_PATH.parent / "ccsd_cs.txt"
 
-#: An index is (space, number), space "i" (occupied) or "a" (virtual).
-Index = tuple[str, int]
-#: A factor is (name, bra indices, ket indices).
+#: A factor is (name, bra indices, ket indices): a Tensor in sortable form. Indices are
+#: space "i" (occupied) or "a" (virtual) and a number.
 Factor = tuple[str, tuple[Index, ...], tuple[Index, ...]]
 #: A canonical term: sorted factors.
 TermKey = tuple[Factor, ...]
@@ -60,14 +65,14 @@ _FIRST_DUMMY = 3
 _I, _J = symbols("i j", below_fermi=True)
 _A, _B = symbols("a b", above_fermi=True)
 _EXTERNAL: dict[sympy.Symbol, Index] = {
-    _I: ("i", 1), _J: ("i", 2), _A: ("a", 1), _B: ("a", 2),
+    _I: Index("i", 1), _J: Index("i", 2), _A: Index("a", 1), _B: Index("a", 2),
 }
 
-# (left-hand side, excitation level of the projection).
-_EQUATIONS: tuple[tuple[str, int], ...] = (
-    ("E", 0),
-    ("R1{a_1;i_1}", 1),
-    ("R2{a_1,a_2;i_1,i_2}", 2),
+# (result, excitation level of the projection); None for the scalar E.
+_EQUATIONS: tuple[tuple[str, Tensor | None, int], ...] = (
+    ("E", None, 0),
+    ("R1", Tensor("R1", (Index("a", 1),), (Index("i", 1),)), 1),
+    ("R2", Tensor("R2", (Index("a", 1), Index("a", 2)), (Index("i", 1), Index("i", 2))), 2),
 )
 
 
@@ -182,8 +187,8 @@ def _canonical(coeff: Fraction, tensors: Sequence[AntiSymmetricTensor]
     for perm_o in itertools.permutations(range(len(occ))):
         for perm_v in itertools.permutations(range(len(vir))):
             names: dict[sympy.Symbol, Index] = dict(_EXTERNAL)
-            names.update({s: ("i", _FIRST_DUMMY + n) for s, n in zip(occ, perm_o)})
-            names.update({s: ("a", _FIRST_DUMMY + n) for s, n in zip(vir, perm_v)})
+            names.update({s: Index("i", _FIRST_DUMMY + n) for s, n in zip(occ, perm_o)})
+            names.update({s: Index("a", _FIRST_DUMMY + n) for s, n in zip(vir, perm_v)})
             sign = 1
             factors: list[tuple[int, Factor]] = []
             for name, bra, ket in raw:
@@ -228,29 +233,6 @@ def _project(level: int) -> dict[TermKey, Fraction]:
     return {key: c for key, c in terms.items() if c != 0}
 
 
-def derive_equations() -> dict[str, dict[TermKey, Fraction]]:
-    """All three equations as ``{lhs: {canonical term: coefficient}}``."""
-    return {lhs: _project(level) for lhs, level in _EQUATIONS}
-
-
-def _format_index(idx: Index) -> str:
-    return f"{idx[0]}_{idx[1]}"
-
-
-def _format_factor(factor: Factor) -> str:
-    name, bra, ket = factor
-    return (f"{name}{{{','.join(map(_format_index, bra))};"
-            f"{','.join(map(_format_index, ket))}}}")
-
-
-def _format_coeff(c: Fraction) -> str:
-    sign = "-" if c < 0 else "+"
-    mag = abs(c)
-    text = "" if mag == 1 else (f"{mag.numerator}" if mag.denominator == 1
-                                else f"{mag.numerator}/{mag.denominator}")
-    return sign + (" " + text if text else "")
-
-
 def _sort_key(item: tuple[TermKey, Fraction]) -> tuple:
     key, c = item
     n_t = sum(1 for f in key if f[0].startswith("t"))
@@ -258,17 +240,26 @@ def _sort_key(item: tuple[TermKey, Fraction]) -> tuple:
     return (n_t, names, key, c)
 
 
-def _format_equation(lhs: str, terms: dict[TermKey, Fraction]) -> list[str]:
-    lines: list[str] = []
-    for n, (key, c) in enumerate(sorted(terms.items(), key=_sort_key)):
-        body = " * ".join(_format_factor(f) for f in key)
-        sign_coeff = _format_coeff(c)
-        if n == 0:
-            head = sign_coeff[2:] if sign_coeff.startswith("+") else sign_coeff
-            lines.append(f"{lhs} = {head + ' ' if head else ''}{body}")
-        else:
-            lines.append(f"    {sign_coeff} {body}")
-    return lines
+def derive_equations() -> tuple[Equation, ...]:
+    """E, R1 and R2 as expression IR, terms in the order they are printed: by number of
+    amplitudes, then tensor names, then canonical indices."""
+    out = []
+    for name, result, level in _EQUATIONS:
+        terms = sorted(_project(level).items(), key=_sort_key)
+        out.append(Equation(name, tuple(Product(c, tuple(Tensor(*f) for f in key))
+                                        for key, c in terms), result))
+    return tuple(out)
+
+
+def _equations_text(header: str, equations: Sequence[Equation]) -> str:
+    """A packaged equation file: the header, then per equation a term-count comment and
+    the equation one term a line (continuations indented four spaces)."""
+    lines = [header.rstrip("\n")]
+    for eq in equations:
+        lhs = str(eq.result) if eq.result is not None else eq.name
+        lines += ["", f"# {lhs}: {len(eq.terms)} terms",
+                  format_equation(eq, one_term_per_line=True, indent="    ")]
+    return "\n".join(lines) + "\n"
 
 
 _HEADER = """\
@@ -292,12 +283,7 @@ _HEADER = """\
 
 def derive_ccsd_text() -> str:
     """The full text of ``data/ccsd_so.txt`` (deterministic, byte for byte)."""
-    lines = [_HEADER.rstrip("\n")]
-    for lhs, terms in derive_equations().items():
-        lines.append("")
-        lines.append(f"# {lhs}: {len(terms)} terms")
-        lines.extend(_format_equation(lhs, terms))
-    return "\n".join(lines) + "\n"
+    return _equations_text(_HEADER, derive_equations())
 
 
 _CLOSED_SHELL_HEADER = """\
@@ -321,18 +307,9 @@ _CLOSED_SHELL_HEADER = """\
 def closed_shell_text(spin_orbital_text: str | None = None) -> str:
     """The full text of ``data/ccsd_cs.txt``: the spin trace of ``spin_orbital_text``
     (default: the packaged ``ccsd_so.txt``), deterministic byte for byte."""
-    from sequant_eval.expr import parse
-    from sequant_eval.expr.printer import format_equation
-    from sequant_eval.expr.spintrace import spin_trace
-
     if spin_orbital_text is None:
         spin_orbital_text = DATA_PATH.read_text(encoding="utf-8")
-    lines = [_CLOSED_SHELL_HEADER.rstrip("\n")]
-    for eq in spin_trace(parse(spin_orbital_text)):
-        lhs = str(eq.result) if eq.result is not None else eq.name
-        lines += ["", f"# {lhs}: {len(eq.terms)} terms",
-                  format_equation(eq, one_term_per_line=True).replace("\n  ", "\n    ")]
-    return "\n".join(lines) + "\n"
+    return _equations_text(_CLOSED_SHELL_HEADER, spin_trace(parse(spin_orbital_text)))
 
 
 def regenerate(path: str | Path | None = None,
@@ -352,6 +329,7 @@ def regenerate(path: str | Path | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sequant_eval.chem.derive [path]``: regenerate the equation files."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=None,
                         help=f"output file (default: {DATA_PATH})")

@@ -20,6 +20,7 @@ def ccsd_text() -> str:
 
 @lru_cache(maxsize=1)
 def ccsd_equations() -> tuple[Equation, ...]:
+    """The packaged spin-orbital E, R1, R2 as parsed equations (parsed once, cached)."""
     return tuple(parse(ccsd_text()))
 
 

@@ -80,6 +80,8 @@ class RSSWatch:
 
     @classmethod
     def start(cls) -> "RSSWatch":
+        """Record the resident set now as the baseline and reset the kernel's high-water
+        mark (``/proc/self/clear_refs``; ``reset`` says whether that worked)."""
         baseline = rss_bytes()
         try:
             with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:

@@ -23,6 +23,7 @@ class Index:
 
     @property
     def is_composite(self) -> bool:
+        """Whether the index carries protos (a cluster-specific index such as a PNO)."""
         return bool(self.protos)
 
     @property

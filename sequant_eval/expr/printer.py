@@ -12,6 +12,7 @@ def _indices(indices: Iterable[object]) -> str:
 
 
 def format_tensor(t) -> str:
+    """``Name{bra;ket[;aux]}[:symmetry]``, as the parser reads it."""
     body = f"{_indices(t.bra)};{_indices(t.ket)}"
     if t.aux:
         body += f";{_indices(t.aux)}"
@@ -20,12 +21,14 @@ def format_tensor(t) -> str:
 
 
 def format_operator(op) -> str:
+    """``P{x,y}`` (pair transposition) or ``A{bra;ket}`` (antisymmetrizer)."""
     if op.kind == "P":
         return f"P{{{_indices(op.bra)}}}"
     return f"A{{{_indices(op.bra)};{_indices(op.ket)}}}"
 
 
 def format_coefficient(c: Fraction) -> str:
+    """An exact rational as ``n`` or ``n/d`` (sign printed by the caller)."""
     return str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"
 
 
@@ -42,6 +45,7 @@ def format_product(p, *, leading: bool = True) -> str:
 
 
 def format_expression(terms, *, sep: str = " ") -> str:
+    """A sum of products, terms joined by ``sep`` with their signs; ``0`` when empty."""
     if not terms:
         return "0"
     out = [format_product(terms[0])]
@@ -49,8 +53,10 @@ def format_expression(terms, *, sep: str = " ") -> str:
     return sep.join(out)
 
 
-def format_equation(eq, *, one_term_per_line: bool = False) -> str:
-    sep = "\n  " if one_term_per_line else " "
+def format_equation(eq, *, one_term_per_line: bool = False, indent: str = "  ") -> str:
+    """``lhs = rhs``; with ``one_term_per_line`` each further term starts a line after
+    ``indent``."""
+    sep = "\n" + indent if one_term_per_line else " "
     rhs = format_expression(eq.terms, sep=sep)
     if eq.bare:
         return rhs
@@ -58,6 +64,7 @@ def format_equation(eq, *, one_term_per_line: bool = False) -> str:
     return f"{lhs} = {rhs}"
 
 
-def to_text(equations, *, one_term_per_line: bool = False) -> str:
+def to_text(equations, *, one_term_per_line: bool = False, indent: str = "  ") -> str:
     """Several equations, one per logical line (continuation lines start with + or -)."""
-    return "\n".join(format_equation(e, one_term_per_line=one_term_per_line) for e in equations) + "\n"
+    return "\n".join(format_equation(e, one_term_per_line=one_term_per_line, indent=indent)
+                     for e in equations) + "\n"

@@ -58,6 +58,7 @@ class Operator:
 
     @property
     def indices(self) -> tuple[Index, ...]:
+        """The indices the operator permutes: bra, then ket."""
         return self.bra + self.ket
 
     def __str__(self) -> str:

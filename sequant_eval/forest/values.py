@@ -62,10 +62,13 @@ class Value:
 
     @property
     def rank(self) -> int:
+        """Number of modes (axes) of the value."""
         return len(self.spaces)
 
     @property
     def children(self) -> tuple[int, ...]:
+        """Values this one is computed from: both operands of a contraction, every
+        entry of a sum, none for a leaf."""
         if self.kind is ValueKind.CONTRACT:
             return (self.left.value, self.right.value)
         if self.kind is ValueKind.SUM:
@@ -108,6 +111,7 @@ class TermNode:
 
     @property
     def occurrence(self) -> Occurrence:
+        """This node's value with the labels it carries in the term."""
         return Occurrence(self.value, self.labels)
 
 
@@ -121,6 +125,7 @@ class TermTree:
 
     @property
     def root_occurrence(self) -> Occurrence:
+        """The occurrence of the term's result (its root node)."""
         return self.nodes[self.root].occurrence
 
 
@@ -146,9 +151,11 @@ class Forest:
 
     @property
     def distinct_contractions(self) -> int:
+        """Contraction values after interning: each distinct contraction once."""
         return sum(1 for v in self.values if v.kind is ValueKind.CONTRACT)
 
     def dump(self) -> str:
+        """Stable text: counts, every value, then every root and the value it is."""
         lines = [f"forest: {len(self.values)} values, {len(self.roots)} roots, "
                  f"{self.binary_contractions} binary contractions -> "
                  f"{self.distinct_contractions} distinct"]

@@ -47,15 +47,18 @@ class MemoryReport:
 
     @property
     def recompute_overhead(self) -> float:
+        """Flops of the batched plan over the unbatched ones (1.0: nothing recomputed)."""
         return self.flops / self.unbatched_flops if self.unbatched_flops else 1.0
 
     def to_json(self) -> str:
+        """The report as JSON, with the derived overhead and binding point included."""
         data = asdict(self)
         data["recompute_overhead"] = self.recompute_overhead
         data["binding_point"] = self.binding_point
         return json.dumps(data, indent=1, ensure_ascii=False)
 
     def to_text(self) -> str:
+        """The report as aligned, human-readable lines."""
         budget = (f"{format_bytes(self.budget_bytes)} ({self.budget_bytes:.0f} B)"
                   if self.budget_bytes else "none")
         lines = [f"memory report: {self.title}",

@@ -27,6 +27,7 @@ class Progress:
         self.shown = True
 
     def close(self) -> None:
+        """End the progress line (a newline) if it was ever drawn."""
         if self.shown:
             self.stream.write("\n")
             self.stream.flush()

@@ -19,6 +19,7 @@ import opt_einsum
 from ..errors import SequantEvalError
 from ..forest.values import Value
 from .dryrun import DryArray, DryRunBackend
+from .graph import Backend
 from .sources import LeafReader
 from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
@@ -47,7 +48,7 @@ def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
     return _strided(x, view)
 
 
-class NumpyBackend:
+class NumpyBackend(Backend):
     """NumPy on the CPU: contractions as planned strided GEMMs (``plan/kernels.py``), the
     plans cached per shape."""
 
@@ -157,7 +158,7 @@ class NumpyBackend:
 # -- array API (array_api_strict, CuPy) ------------------------------------------------------
 
 
-class ArrayApiBackend:
+class ArrayApiBackend(Backend):
     """Only array-API standard calls; contractions as permute_dims/reshape/matmul."""
 
     symbolic = False
@@ -299,6 +300,7 @@ class CupyBackend(ArrayApiBackend):
         return int(x.nbytes)
 
     def pool_bytes(self) -> int:
+        """Bytes the CuPy memory pool holds (used and cached)."""
         return int(self.pool.total_bytes())
 
     def release(self) -> None:

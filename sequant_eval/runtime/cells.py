@@ -22,7 +22,7 @@ from math import prod
 from ..forest.values import Forest, ValueKind
 from ..plan.loops import LoopKind
 from ..schedule.forms import FormKind
-from ..schedule.ordered import OrderedSchedule, ScopeBlock, form_paths
+from ..schedule.ordered import OrderedSchedule, form_paths, walk_blocks
 
 __all__ = ["Cell", "Read", "CellTable", "Violation", "build_cell_table", "validate"]
 
@@ -78,6 +78,8 @@ class CellTable:
     entry_steps: dict[tuple[int, int], int] = None   # (sum form, entry) → its step
 
     def dump(self) -> str:
+        """Stable text: one line per cell with its scope, slicing, partial loops, life
+        and flags (V volatile, P persistent)."""
         lines = []
         for c in self.cells:
             sl = ",".join(f"{p}/L{l}" for p, l in c.sliced)
@@ -108,24 +110,17 @@ def build_cell_table(sched: OrderedSchedule, forest: Forest,
     order: dict[int, int] = {}
     out_path: dict[int, tuple] = {}
     entry_at: dict[tuple[int, int], int] = {}
-    k = 0
-
-    def walk(block: ScopeBlock, path: tuple) -> None:
-        nonlocal k
-        for s in block.steps:
-            if isinstance(s, ScopeBlock):
-                inner = path + (s.path_item,)
-                walk(s, inner)
-                for o in s.outputs:
-                    out_path[o.form] = inner
-                    order.setdefault(o.form, k)
-                    k += 1
-            else:
-                order.setdefault(s.form, k)
-                entry_at[(s.form, s.entry)] = k
+    k = 0                                   # steps in execution order, escapes included
+    for event, path, item in walk_blocks(sched.root):
+        if event == "step":
+            order.setdefault(item.form, k)
+            entry_at[(item.form, item.entry)] = k
+            k += 1
+        elif event == "exit" and path:
+            for o in item.outputs:
+                out_path[o.form] = path
+                order.setdefault(o.form, k)
                 k += 1
-
-    walk(sched.root, ())
     reads: list[Read] = []
     for f in forms:
         if f.kind is FormKind.ASSEMBLE:

@@ -140,6 +140,8 @@ class Compiled:
         return list(be.plans.values()) if be is not None else []
 
     def predicted_peak(self, warm: bool = False) -> int:
+        """The static peak of this program, bytes; ``warm``: a repeated evaluation, with
+        persistent forms already stored and what only they need skipped."""
         a = self.analysis
         points = schedule_points(self.sched)
         cells = liveness(self.sched, self.forest, a.shapes, a.plan.policy.itemsize, points,

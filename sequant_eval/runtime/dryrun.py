@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SequantEvalError
+from .graph import Backend
 
 __all__ = ["DryArray", "DryRunBackend"]
 
@@ -19,12 +20,13 @@ class DryArray:
 
     @property
     def nbytes(self) -> int:
+        """Bytes the array would hold (the meter's count)."""
         from ..plan.regime import footprint_bytes
 
         return footprint_bytes(self.shape, self.itemsize)
 
 
-class DryRunBackend:
+class DryRunBackend(Backend):
     """Shapes only: every op returns a DryArray of its result's shape; adds check shapes."""
 
     name = "dryrun"

@@ -14,10 +14,11 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..errors import ScheduleError
 
-__all__ = ["Op", "Device", "Node", "Graph", "VIEWS", "INPLACE", "BINDINGS"]
+__all__ = ["Op", "Device", "Node", "Graph", "Backend", "VIEWS", "INPLACE", "BINDINGS"]
 
 
 class Op(enum.Enum):
@@ -99,6 +100,7 @@ class Graph:
     # on every push and edge rewrite (placement is done before a graph is first run)
 
     def push(self, node: Node) -> int:
+        """Append a node (its inputs must exist) and return its id; clears ``memo``."""
         self.memo.clear()                      # anything derived from the arena is stale
         for i in node.inputs:
             if not 0 <= i < len(self.nodes):
@@ -136,6 +138,7 @@ class Graph:
         return self.device.get(n)
 
     def reachable(self, roots) -> set[int]:
+        """Every node ``roots`` depend on, through data inputs and ordering edges."""
         seen: set[int] = set()
         stack = list(roots)
         while stack:
@@ -174,6 +177,7 @@ class Graph:
         return out
 
     def consumers(self, roots) -> dict[int, list[int]]:
+        """Node → the nodes reading it, over what ``roots`` need, in execution order."""
         out: dict[int, list[int]] = defaultdict(list)
         for n in self.order(roots):
             for i in self.nodes[n].inputs:
@@ -181,6 +185,8 @@ class Graph:
         return out
 
     def dump(self, roots) -> str:
+        """Stable text: the nodes ``roots`` need in execution order, with op, inputs,
+        params, device and tag."""
         lines = []
         for n in self.order(roots):
             node = self.nodes[n]
@@ -189,3 +195,57 @@ class Graph:
                          f"{' ' + repr(node.params) if node.params else ''}"
                          f"{' @' + dev.value if dev else ''}{' ' + node.tag if node.tag else ''}")
         return "\n".join(lines) + "\n"
+
+
+class Backend(Protocol):
+    """What a backend gives the executor: one array operation per op kind (``Op``), on its
+    own arrays. NumpyBackend, ArrayApiBackend (and CupyBackend) and DryRunBackend implement
+    it; ``_``-suffixed operations write into their first argument and return it."""
+
+    name: str
+    symbolic: bool             # True: arrays carry shapes only (the dry run)
+
+    def asarray(self, x):
+        """The caller's array ``x`` as this backend's array."""
+
+    def take(self, block, index, shape):
+        """A batch of a leaf block (an array or a ``LeafReader``) as a new array: the
+        ``index`` ranges (None: the whole axis), of result shape ``shape``."""
+
+    def zeros(self, shape):
+        """A new zero array (a destination) in the evaluation's dtype."""
+
+    def contract(self, values, vid: int, a, b, out_shape, layout=None):
+        """The binary contraction ``values[vid]`` of ``a`` and ``b``, a new array of
+        ``out_shape``; ``layout`` permutes the result's modes."""
+
+    def scale_(self, x, alpha: float):
+        """``x *= alpha`` in place."""
+
+    def permute(self, x, perm):
+        """A transposed view of ``x`` (axis k reads axis ``perm[k]``)."""
+
+    def reshape(self, x, shape):
+        """``x`` reshaped (a view where the backend can)."""
+
+    def accumulate_(self, target, src, alpha: float):
+        """``target += alpha * src`` in place."""
+
+    def scatter_(self, target, src, index):
+        """``target[index] = src`` in place: a batch written at its position."""
+
+    def add_into_(self, target, src, index, perm, alpha: float):
+        """``target[index] += alpha * src.transpose(perm)`` in place: a term batch (or a
+        streamed chunk) added straight into its sum."""
+
+    def init(self, src, alpha: float):
+        """A new array ``alpha * src``: a sum's first entry."""
+
+    def to_host(self, x):
+        """``x`` as a host (NumPy) array, for a copy between devices."""
+
+    def from_host(self, x):
+        """A host array as this backend's array, for a copy between devices."""
+
+    def nbytes(self, x) -> int:
+        """Bytes ``x`` holds, as the meter counts them."""

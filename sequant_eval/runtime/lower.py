@@ -36,6 +36,7 @@ class Lowered:
     form_of: dict[int, int] = field(default_factory=dict)  # producing node → form
 
     def root_nodes(self) -> list[int]:
+        """Nodes to keep: each equation's result, then each kept form."""
         return list(self.roots.values()) + list(self.kept.values())
 
 
@@ -97,6 +98,8 @@ class _Lowering:
         return Lowered(self.g, roots, kept, self.form_of)
 
     def block(self, block: ScopeBlock, path: tuple = ()) -> None:
+        # Not ``walk_blocks``: ``loop`` runs a block's body once per batch range, so the
+        # recursion re-enters each nested block per batch of the loops around it.
         for s in block.steps:
             if isinstance(s, ScopeBlock):
                 self.loop(s, path + (s.path_item,))

@@ -33,6 +33,7 @@ class Meter:
     pool_peak: int = 0                      # CuPy memory-pool bytes after the run
 
     def dump(self) -> str:
+        """One line: backend, peak bytes and the step it occurred at, flops."""
         return (f"meter[{self.backend}]: peak {self.peak_bytes} B at step {self.peak_step}; "
                 f"flops {self.flops:.6g}\n")
 
@@ -72,14 +73,17 @@ class Accounting:
             self.snapshot = tuple(sorted(self.size))
 
     def holds(self, owner: int) -> bool:
+        """Whether ``owner``'s buffer is live (accounted and not yet released)."""
         return owner in self.size
 
     def release(self, owner: int) -> None:
+        """``owner``'s buffer is freed: its bytes leave the live total and its device's."""
         nbytes = self.size.pop(owner)
         dev = self.device.pop(owner)
         self.live -= nbytes
         self.dev_live[dev] -= nbytes
 
     def meter(self, backend: str, pool_peak: int = 0) -> Meter:
+        """The run's accounting as a Meter (``pool_peak``: a GPU pool's high-water mark)."""
         return Meter(backend, self.peak, self.step, self.snapshot, self.flops, self.builds,
                      self.dev_peak, pool_peak)

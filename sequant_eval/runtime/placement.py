@@ -42,10 +42,12 @@ class CostModel:
     latency: float = 10e-6
 
     def op_time(self, flops: float, nbytes: float, device: Device) -> float:
+        """Seconds for one op on ``device``: compute- or bandwidth-bound, plus launch."""
         return max(flops / self.rate[device], nbytes / self.bandwidth[device]) + \
             self.launch[device]
 
     def transfer_time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` between host and device (link rate plus latency)."""
         return nbytes / self.link + self.latency
 
     @classmethod
@@ -78,6 +80,7 @@ class Machine:
 
     @property
     def devices(self) -> tuple[Device, ...]:
+        """The devices a node can be placed on: the CPU, and the GPU if there is one."""
         return (Device.CPU, Device.GPU) if self.gpu else (Device.CPU,)
 
 
@@ -271,6 +274,8 @@ class PlacementForkPathfinder:
     """Adds a Branch where a run could run on either device at nearly the same cost."""
 
     def propose(self, g: Graph, roots: Sequence[int], ctx: Context) -> None:
+        """Clone each near-tied single-exit run onto the other device, as arm 1 of a new
+        Branch (in place on ``g``); no-op with one device."""
         if len(ctx.machine.devices) < 2:
             return
         users: dict[int, list[int]] = {}
@@ -309,6 +314,8 @@ class ConvergenceOptimizer:
     """Collapses duplicate arms; drops arms on absent devices, never the last arm."""
 
     def prune(self, g: Graph, roots: Sequence[int], ctx: Context) -> None:
+        """Drop, in place on ``g``, branch arms that duplicate another or run on a device
+        the machine lacks (always keeping one arm)."""
         for b in list(g.branches):
             node = g.nodes[b]
             arms, seen = [], set()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import InfeasibleBudget
 from .graph import VIEWS, Device, Graph, Node, Op
 from .placement import Machine, gpu_profile, node_bytes, node_flops
-from .runs import _arm_nodes, effective_roots, lower_runs_arm0
+from .runs import arm_nodes, effective_roots, lower_runs_arm0
 
 __all__ = ["Move", "Residency", "ResidencyInfeasible", "fit_residency"]
 
@@ -56,6 +56,7 @@ class Move:
     cost: float
 
     def dump(self) -> str:
+        """One line: the kind of move, the value, its idle gap, the nodes and the cost."""
         out = f"n{self.out} out, " if self.out is not None else ""
         return (f"{self.kind} n{self.value} ({self.nbytes:.0f} B) idle over steps "
                 f"{self.gap[0]}..{self.gap[1]}: {out}n{self.back} back, {self.cost:.3g} s")
@@ -87,6 +88,7 @@ class Residency:
         return sum(1 for m in self.moves if m.kind == kind)
 
     def dump(self) -> str:
+        """The budget, peaks and move counts, then one line per move."""
         head = (f"residency: gpu budget {self.budget:.0f} B, device peak "
                 f"{self.placed_peak:.0f} -> {self.peak:.0f} B; {self.evictions} evictions "
                 f"({self.count('copy')} copied out, {self.count('refetch')} refetched, "
@@ -158,7 +160,7 @@ def _cheapest(g: Graph, roots: Sequence[int], order: Sequence[int], prof, machin
     spent = [0.0]                          # predicted seconds of the route up to each step
     for n in order:
         spent.append(spent[-1] + _op_time(g, n, machine))
-    side = _sides(g, roots, pos, p)
+    side = _sides(g, pos, p)
     best = None
     for o in prof.live:
         gap = _gap(g, o, p, pos, owner, readers.get(o, []), order, side)
@@ -207,11 +209,11 @@ def _gap(g: Graph, o: int, p: int, pos, owner, readers, order, side) -> _Gap | N
     return _Gap(v, p, first, min(pos[n] for n in after), sorted(before), sorted(rewire))
 
 
-def _sides(g: Graph, roots: Sequence[int], pos, p: int) -> dict[int, int]:
+def _sides(g: Graph, pos, p: int) -> dict[int, int]:
     """For every node of an arm not taken: -1 (+1) when arm 0 of its branch runs wholly
     before (after) step ``p``, 0 when it straddles it."""
     side: dict[int, int] = {}
-    arms, _ = _arm_nodes(g, effective_roots(g, roots))
+    arms, _ = arm_nodes(g)
     for nodes in arms.values():
         at = [pos[n] for n in nodes[0] if n in pos] if nodes else []
         mark = 0 if not at else (-1 if max(at) < p else (1 if min(at) > p else 0))

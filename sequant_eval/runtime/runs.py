@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .graph import BINDINGS, Device, Graph, Op
 
-__all__ = ["Run", "effective_roots", "extract_runs", "lower_runs_arm0",
+__all__ = ["Run", "effective_roots", "arm_nodes", "extract_runs", "lower_runs_arm0",
            "lower_picked_route", "lower_picked_route_streaming", "branch_density",
            "passes_fewness_gate", "device_alternating_order", "FEWNESS_THRESHOLD"]
 
@@ -49,9 +49,10 @@ def effective_roots(g: Graph, roots: Sequence[int]) -> list[int]:
     return out
 
 
-def _arm_nodes(g: Graph, roots: Sequence[int]) -> tuple[dict[int, list[set[int]]], set[int]]:
-    """Per branch, the nodes of each arm (its exit's cone outside the shared prefix); and
-    the arm entries (arm nodes with an input outside the arm)."""
+def arm_nodes(g: Graph) -> tuple[dict[int, list[set[int]]], set[int]]:
+    """Per branch node, the nodes of each of its arms (the cone of the arm's exit outside
+    the prefix all arms share); and the arm entries (arm nodes with an input outside the
+    arm, or none), where a run must start. Runs and residency both decide per arm."""
     arms: dict[int, list[set[int]]] = {}
     entries: set[int] = set()
     for b in g.branches:
@@ -71,7 +72,7 @@ def extract_runs(g: Graph, roots: Sequence[int]) -> list[Run]:
     eff = effective_roots(g, roots)
     order = [n for n in g.order(eff) if g.nodes[n].op is not Op.BRANCH]
     merges = set(g.branches.values())
-    _, arm_entries = _arm_nodes(g, eff)
+    _, arm_entries = arm_nodes(g)
     runs: list[list[int]] = []
     devices: list[Device | None] = []
     last: int | None = None            # the open run's last computing member
@@ -107,8 +108,8 @@ def extract_runs(g: Graph, roots: Sequence[int]) -> list[Run]:
     return out
 
 
-def _skipped(g: Graph, roots: Sequence[int], picked: Mapping[int, int]) -> set[int]:
-    arms, _ = _arm_nodes(g, effective_roots(g, roots))
+def _skipped(arms: dict[int, list[set[int]]], picked: Mapping[int, int]) -> set[int]:
+    """The nodes only arms not picked (missing or invalid picks: arm 0) hold."""
     skip: set[int] = set()
     for b, nodes in arms.items():
         if len(nodes) < 2:
@@ -133,9 +134,9 @@ def lower_picked_route(g: Graph, roots: Sequence[int],
     Runs are reordered across devices only within stretches that enter no branch arm, so
     that an upstream branch is always decided before anything after it runs."""
     runs = extract_runs(g, roots)
-    arms, _ = _arm_nodes(g, effective_roots(g, roots))
+    arms, _ = arm_nodes(g)
     choice = _clamped(arms, picked or {})
-    skip = _skipped(g, roots, choice)
+    skip = _skipped(arms, choice)
     starts = {min((k for k, r in enumerate(runs) if any(r.entry in a for a in nodes)),
                   default=None) for nodes in arms.values()}
     out: list[int] = []
@@ -161,9 +162,9 @@ def lower_picked_route_streaming(g: Graph, roots: Sequence[int],
     """Resolve each branch (``resolve(branch) -> arm``, called once) only when the walk
     first reaches one of its arms; the order equals the one-shot form's for those picks."""
     runs = extract_runs(g, roots)
-    arms, _ = _arm_nodes(g, effective_roots(g, roots))
+    arms, _ = arm_nodes(g)
     picked: dict[int, int] = {}
-    skip = _skipped(g, roots, {})
+    skip = _skipped(arms, {})
     out: list[int] = []
     segment: list[Run] = []
     for run in runs:
@@ -173,7 +174,7 @@ def lower_picked_route_streaming(g: Graph, roots: Sequence[int],
                            for n in segment[j].members)
                 segment = []
                 picked[b] = resolve(b)
-                skip = _skipped(g, roots, _clamped(arms, picked))
+                skip = _skipped(arms, _clamped(arms, picked))
         if run.entry not in skip:
             segment.append(run)
     out.extend(n for j in device_alternating_order(g, segment) for n in segment[j].members)

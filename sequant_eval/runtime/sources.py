@@ -289,5 +289,6 @@ class TensorSource:
         return np.asarray(self.reader(vid).read())
 
     def shape(self, vid: int) -> tuple[int, ...]:
+        """Full shape of leaf value ``vid``: its spaces at the source's extents."""
         v = self.forest.values[vid]
         return tuple(self.extents[s] for s in v.spaces)

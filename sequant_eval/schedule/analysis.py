@@ -48,6 +48,7 @@ class ScheduleAnalysis:
 
     @property
     def peak_bytes(self) -> int:
+        """The predicted peak, bytes (from the static sweep)."""
         return self.profile.peak_bytes
 
 

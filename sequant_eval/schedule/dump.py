@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..forest.values import Forest
 from .forms import Form, FormKind
-from .ordered import OrderedSchedule, ScopeBlock
+from .ordered import OrderedSchedule, walk_blocks
 
 __all__ = ["dump_schedule", "dump_analysis"]
 
@@ -34,21 +34,20 @@ def dump_schedule(sched: OrderedSchedule, forest: Forest | None = None,
         lines.append(f"loop L{lid} {{{lp.space}:{lp.kind.value}}} block {lp.block} x "
                      f"{lp.nbatches} over {lp.extent}")
 
-    def walk(block: ScopeBlock, indent: str) -> None:
-        for s in block.steps:
-            if isinstance(s, ScopeBlock):
-                lines.append(f"{indent}block L{s.loop} {{{s.axis}:{s.kind.value}}} "
-                             f"pass {s.pass_} level {s.level}")
-                walk(s, indent + "  ")
-                for o in s.outputs:
-                    lines.append(f"{indent}  output {o.kind.value} "
-                                 f"{_form(sched.forms[o.form], forest)}")
-            else:
-                entry = f" entry {s.entry}" if s.entry >= 0 else ""
-                lines.append(f"{indent}build{entry} {_form(sched.forms[s.form], forest)}")
-
-    lines.append("root")
-    walk(sched.root, "  ")
+    for event, path, item in walk_blocks(sched.root):
+        indent = "  " * len(path)
+        if event == "enter" and not path:
+            lines.append("root")
+        elif event == "enter":
+            lines.append(f"{indent}block L{item.loop} {{{item.axis}:{item.kind.value}}} "
+                         f"pass {item.pass_} level {item.level}")
+        elif event == "step":
+            entry = f" entry {item.entry}" if item.entry >= 0 else ""
+            lines.append(f"{indent}  build{entry} {_form(sched.forms[item.form], forest)}")
+        elif path:
+            for o in item.outputs:
+                lines.append(f"{indent}  output {o.kind.value} "
+                             f"{_form(sched.forms[o.form], forest)}")
     return "\n".join(lines) + "\n"
 
 

@@ -53,13 +53,16 @@ class Form:
         return self.also + ((self.via,) if self.via >= 0 else ())
 
     def key(self) -> tuple:
+        """Identity for sharing: forms with equal keys are one computation (the id aside)."""
         return (self.kind, self.value, self.sliced, self.partial, self.scope, self.operands,
                 self.source, self.via, self.owner, self.also)
 
     def loops(self) -> set[int]:
+        """Every loop the form involves: slicing, partial, scope and span."""
         return {l for _, l in self.sliced} | set(self.partial) | set(self.scope) | set(self.span)
 
     def describe(self) -> str:
+        """One stable line: id, kind, value, slicing, partial loops, what it is made from."""
         sl = ",".join(f"{p}/L{l}" for p, l in self.sliced)
         bits = [f"f{self.id} {self.kind.value} v{self.value}"]
         if sl:

@@ -40,6 +40,7 @@ class FormLegality:
     escapes: tuple[int, ...]                   # the assembled forms of its escape chain
 
     def role(self, loop: int) -> Role | None:
+        """This form's role on ``loop`` (None where it has none)."""
         return dict(self.per_axis).get(loop)
 
 
@@ -50,6 +51,7 @@ class LegalitySchedule:
     cells: dict[int, FormLegality]             # built form id → legality
 
     def dump(self) -> str:
+        """Stable text: each form's role per loop, in form order."""
         lines = []
         for fid in sorted(self.cells):
             c = self.cells[fid]

@@ -9,13 +9,15 @@ value escaping several loops forms a chain: built in the deepest block, forwarde
 Inside each block, steps and child blocks are ordered by a topological sort of what they
 produce and need, laid out from the end: each item as late as its readers allow, the
 latest static point first among the candidates (so nothing finished waits through
-unrelated work, however the equations were written).
+unrelated work, however the equations were written). ``walk_blocks`` is the one walk over
+the resulting tree that every later pass shares.
 """
 from __future__ import annotations
 
 import enum
 import heapq
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -24,7 +26,7 @@ from .rich import RichSchedule
 from .forms import FormKind
 
 __all__ = ["OutputKind", "BuildStep", "Output", "ScopeBlock", "OrderedSchedule",
-           "build_ordered_schedule", "well_formed", "form_paths"]
+           "build_ordered_schedule", "well_formed", "form_paths", "walk_blocks"]
 
 Path = tuple[tuple[int, int], ...]      # ((loop id, pass), ...) from the root
 
@@ -67,14 +69,32 @@ class ScopeBlock:
 
     @property
     def path_item(self) -> tuple[int, int]:
+        """This block's item in a block path: (loop, pass)."""
         return (self.loop, self.pass_)
 
-    def blocks(self):
+    def blocks(self) -> Iterator[ScopeBlock]:
         """Every block below (and including) this one, pre-order."""
-        yield self
-        for s in self.steps:
-            if isinstance(s, ScopeBlock):
-                yield from s.blocks()
+        return (item for event, _, item in walk_blocks(self) if event == "enter")
+
+
+def walk_blocks(root: ScopeBlock, path: Path = ()
+                ) -> Iterator[tuple[str, Path, BuildStep | ScopeBlock]]:
+    """The block tree in execution order, as ``(event, path, item)``: ``("enter", path,
+    block)`` before a block's steps, ``("step", path, step)`` for each BuildStep of the block
+    at ``path``, ``("exit", path, block)`` after them (where its outputs escape).
+
+    ``path`` is the block path ((loop, pass), ...) of the block entered, exited or holding
+    the step; ``root`` is entered and exited too, at ``path`` (empty for a schedule's root).
+    The passes over a schedule (static points, allocations, the cell table, the dump,
+    well_formed) are all this one walk.
+    """
+    yield "enter", path, root
+    for s in root.steps:
+        if isinstance(s, ScopeBlock):
+            yield from walk_blocks(s, path + (s.path_item,))
+        else:
+            yield "step", path, s
+    yield "exit", path, root
 
 
 @dataclass(frozen=True)
@@ -87,10 +107,12 @@ class OrderedSchedule:
 
     @property
     def forms(self):
+        """The forms of the underlying RichSchedule (ids index this tuple)."""
         return self.rich.forms
 
     @property
     def loops(self):
+        """Loop id → Loop of the underlying RichSchedule."""
         return self.rich.loops
 
 
@@ -263,57 +285,29 @@ def well_formed(sched: OrderedSchedule) -> None:
     """Raise ScheduleError naming the first violated rule."""
     rich = sched.rich
     forms = rich.forms
-    n = len(forms)
     built: dict[tuple[int, int], tuple] = {}
     escapes: dict[int, tuple] = {}
     done: set = set()
-
-    def walk(block: ScopeBlock, path: tuple) -> None:
-        sibs = [s.path_item for s in block.steps if isinstance(s, ScopeBlock)]
-        if len(set(sibs)) != len(sibs):
-            raise ScheduleError(f"block {path}: two sibling blocks over the same loop and pass")
-        for s in block.steps:
-            if isinstance(s, ScopeBlock):
-                if s.loop in {l for l, _ in path}:
-                    raise ScheduleError(f"loop L{s.loop} is nested inside itself at {path}")
-                if s.loop not in rich.loops:
-                    raise ScheduleError(f"block over unknown loop L{s.loop}")
-                walk(s, path + (s.path_item,))
-                for o in s.outputs:
+    for event, path, item in walk_blocks(sched.root):
+        if event == "enter":
+            if path:
+                if item.loop in {l for l, _ in path[:-1]}:
+                    raise ScheduleError(f"loop L{item.loop} is nested inside itself at "
+                                        f"{path[:-1]}")
+                if item.loop not in rich.loops:
+                    raise ScheduleError(f"block over unknown loop L{item.loop}")
+            sibs = [s.path_item for s in item.steps if isinstance(s, ScopeBlock)]
+            if len(set(sibs)) != len(sibs):
+                raise ScheduleError(f"block {path}: two sibling blocks over the same loop and "
+                                    f"pass")
+        elif event == "step":
+            _check_step(item, path, rich, built, done)
+        else:
+            _check_outputs(item, path, rich, done)
+            for o in item.outputs:
+                escapes[o.form] = path
+                if path:
                     done.add(("form", o.form))
-                continue
-            if not 0 <= s.form < n:
-                raise ScheduleError(f"BuildStep names form f{s.form}, out of range 0..{n - 1}")
-            form = forms[s.form]
-            if form.kind is FormKind.ASSEMBLE:
-                raise ScheduleError(f"f{s.form} is assembled by a block output, not built")
-            if (s.form, s.entry) in built:
-                raise ScheduleError(f"f{s.form} (v{form.value}) is built twice: at "
-                                    f"{built[(s.form, s.entry)]} and {path}")
-            built[(s.form, s.entry)] = path
-            if tuple(l for l, _ in path) != form.scope:
-                raise ScheduleError(f"f{s.form} (v{form.value}) is built at {path} but lives in "
-                                    f"the nest {form.scope}")
-            for tok in _reads(rich, s):
-                if tok not in done:
-                    raise ScheduleError(f"f{s.form} (v{form.value}) at {path} reads {tok} "
-                                        f"before it is produced")
-            done.add(("entry", s.form, s.entry) if s.entry >= 0 else ("form", s.form))
-            if s.entry == 0:
-                done.add(("form", s.form))
-        for o in block.outputs:
-            if not 0 <= o.form < n or forms[o.form].kind is not FormKind.ASSEMBLE:
-                raise ScheduleError(f"output f{o.form} of block {path} is not an assembled form")
-            form = forms[o.form]
-            if form.via != block.loop:
-                raise ScheduleError(f"f{o.form} assembles loop L{form.via} but is an output of "
-                                    f"the block over L{block.loop}")
-            if ("form", form.source) not in done:
-                raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
-                                    f" are never built inside the block")
-            escapes[o.form] = path
-
-    walk(sched.root, ())
     for form in forms:
         if form.kind is FormKind.SUM:
             missing = [k for k in range(len(form.operands)) if (form.id, k) not in built]
@@ -330,3 +324,45 @@ def well_formed(sched: OrderedSchedule) -> None:
             if inner[: len(path)] != path or len(inner) != len(path) + len(src.span):
                 raise ScheduleError(f"escape chain of v{src.value} is broken: f{src.id} leaves "
                                     f"{inner} but f{fid} forwards it from {path}")
+
+
+def _check_step(s: BuildStep, path: Path, rich: RichSchedule, built: dict, done: set) -> None:
+    """well_formed's rules for one BuildStep: a known, built form, once, in its own nest,
+    after what it reads; records what it produces."""
+    forms = rich.forms
+    n = len(forms)
+    if not 0 <= s.form < n:
+        raise ScheduleError(f"BuildStep names form f{s.form}, out of range 0..{n - 1}")
+    form = forms[s.form]
+    if form.kind is FormKind.ASSEMBLE:
+        raise ScheduleError(f"f{s.form} is assembled by a block output, not built")
+    if (s.form, s.entry) in built:
+        raise ScheduleError(f"f{s.form} (v{form.value}) is built twice: at "
+                            f"{built[(s.form, s.entry)]} and {path}")
+    built[(s.form, s.entry)] = path
+    if tuple(l for l, _ in path) != form.scope:
+        raise ScheduleError(f"f{s.form} (v{form.value}) is built at {path} but lives in "
+                            f"the nest {form.scope}")
+    for tok in _reads(rich, s):
+        if tok not in done:
+            raise ScheduleError(f"f{s.form} (v{form.value}) at {path} reads {tok} "
+                                f"before it is produced")
+    done.add(("entry", s.form, s.entry) if s.entry >= 0 else ("form", s.form))
+    if s.entry == 0:
+        done.add(("form", s.form))
+
+
+def _check_outputs(block: ScopeBlock, path: Path, rich: RichSchedule, done: set) -> None:
+    """well_formed's rules for a block's outputs: assembled forms over this block's loop
+    whose batches were built inside it."""
+    forms = rich.forms
+    for o in block.outputs:
+        if not 0 <= o.form < len(forms) or forms[o.form].kind is not FormKind.ASSEMBLE:
+            raise ScheduleError(f"output f{o.form} of block {path} is not an assembled form")
+        form = forms[o.form]
+        if form.via != block.loop:
+            raise ScheduleError(f"f{o.form} assembles loop L{form.via} but is an output of "
+                                f"the block over L{block.loop}")
+        if ("form", form.source) not in done:
+            raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
+                                f" are never built inside the block")

@@ -17,7 +17,7 @@ from math import prod
 from ..forest.values import Forest
 from ..plan.regime import footprint_bytes
 from .forms import Form, FormKind
-from .ordered import OrderedSchedule, ScopeBlock
+from .ordered import OrderedSchedule, walk_blocks
 
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
            "peak_profile_sweep", "peak_profile_replay", "footprint", "transients",
@@ -55,6 +55,7 @@ class PeakProfile:
     live_at_binding: tuple[int, ...]
 
     def dump(self) -> str:
+        """One line: peak bytes, binding point and the forms live there."""
         live = ",".join(f"f{f}" for f in self.live_at_binding)
         return f"peak {self.peak_bytes} B at point {self.binding_point} (live {live})\n"
 
@@ -70,21 +71,16 @@ def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> i
 def schedule_points(sched: OrderedSchedule) -> list[Point]:
     """The static points of an ordered schedule, in execution order."""
     points: list[Point] = []
-
-    def visit(block: ScopeBlock, path: tuple) -> None:
-        if path:
+    for event, path, item in walk_blocks(sched.root):
+        if event == "step":
+            points.append(Point("build", path, item.form, item.entry))
+        elif not path:
+            continue                        # the root block opens and closes nothing
+        elif event == "enter":
             points.append(Point("open", path))
-        for s in block.steps:
-            if isinstance(s, ScopeBlock):
-                visit(s, path + (s.path_item,))
-            else:
-                points.append(Point("build", path, s.form, s.entry))
-        if path:
-            for o in block.outputs:
-                points.append(Point("escape", path, o.form))
+        else:
+            points.extend(Point("escape", path, o.form) for o in item.outputs)
             points.append(Point("close", path))
-
-    visit(sched.root, ())
     return points
 
 
@@ -217,17 +213,10 @@ def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:
     when the outermost loop it assembles over opens (a joint scatter over several loops
     writes into one destination allocated at the outermost of them)."""
     out: dict[tuple, list[int]] = defaultdict(list)
-
-    def walk(block: ScopeBlock, path: tuple) -> None:
-        for s in block.steps:
-            if isinstance(s, ScopeBlock):
-                inner = path + (s.path_item,)
-                walk(s, inner)
-                for o in s.outputs:
-                    depth = len(sched.forms[o.form].scope) + 1
-                    out[inner[:depth]].append(o.form)
-
-    walk(sched.root, ())
+    for event, path, block in walk_blocks(sched.root):
+        if event == "exit" and path:
+            for o in block.outputs:
+                out[path[: len(sched.forms[o.form].scope) + 1]].append(o.form)
     return out
 
 

@@ -32,6 +32,7 @@ class RichSchedule:
     num_points: int = 0
 
     def dump(self) -> str:
+        """Stable text: the loops, then every form with its rank (first use)."""
         lines = [str(self.loops[l]) for l in sorted(self.loops)]
         lines += [f"{f.describe()} @{self.rank[f.id]}" for f in self.forms]
         return "\n".join(lines) + "\n"
