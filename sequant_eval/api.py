@@ -86,6 +86,8 @@ class Report:
         return self.flops / self.unbatched_flops if self.unbatched_flops else 1.0
 
     def dump(self) -> str:
+        """Stable text: peak and binding point, flops and recompute overhead, the loops and
+        what is live at the peak (then the cluster plan, if any)."""
         from .units import format_bytes, format_flops
 
         lines = [f"peak {format_bytes(self.peak_bytes)} ({self.peak_bytes} B) at point "
@@ -172,6 +174,8 @@ class Evaluator:
         return fit_forest(self.forest, self.regime, BatchPolicy(itemsize=itemsize)).peak_bytes
 
     def plan(self) -> BatchPlan:
+        """The batch plan under the policy in force (unbatched with none), each term's peak
+        measured exactly as that term scheduled alone."""
         policy = self.policy or BatchPolicy()
         checker = term_peak(self.forest, BatchPlan(policy, self.regime, (), ()))
         return plan_forest(self.forest, self.regime, policy, exact=checker)

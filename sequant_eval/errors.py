@@ -73,6 +73,8 @@ class InfeasibleBudget(SequantEvalError):
 
     @property
     def minimum(self) -> float:
+        """The smallest feasible budget in bytes (searched for on first read when handed over
+        as a function)."""
         if callable(self._minimum):
             self._minimum = self._minimum()
         return self._minimum

@@ -215,10 +215,13 @@ class CCSD:
 
     @property
     def nocc(self) -> int:
+        """Correlated occupied orbitals (spin orbitals with ``spin_orbital=True``; frozen core
+        excluded)."""
         return self.integrals.nocc
 
     @property
     def nvir(self) -> int:
+        """Virtual orbitals (spin orbitals with ``spin_orbital=True``)."""
         return self.integrals.nvir
 
     def evaluator(self) -> Evaluator:

@@ -105,6 +105,8 @@ class DIIS:
         return len(self._vectors)
 
     def push(self, vector: np.ndarray, error: np.ndarray) -> None:
+        """Store a trial vector and its error vector (dropping the oldest beyond ``space``) and
+        extend the error overlap matrix."""
         if len(self._vectors) == self.space:
             self._vectors.pop(0)
             self._errors.pop(0)
@@ -120,9 +122,11 @@ class DIIS:
         self._overlap = overlap
 
     def coefficients(self) -> np.ndarray:
+        """Pulay coefficients of the stored vectors (summing to 1)."""
         return pulay_coefficients(self._overlap)
 
     def extrapolate(self) -> np.ndarray:
+        """``sum_k c_k vector_k`` over the stored vectors."""
         c = self.coefficients()
         out = np.zeros_like(self._vectors[-1])
         for ck, vk in zip(c, self._vectors):
@@ -226,6 +230,8 @@ class HDF5DIIS:
 
     def push_blocks(self, vector: Mapping[str, np.ndarray],
                     error: Mapping[str, np.ndarray]) -> None:
+        """:meth:`DIIS.push_blocks` into the file's next slot; the overlap row is summed one
+        chunk at a time."""
         n = sum(b.size for b in vector.values())
         vecs, errs = self._datasets(n)
         if len(self._slots) == self.space:
@@ -250,9 +256,12 @@ class HDF5DIIS:
         self._overlap = overlap
 
     def coefficients(self) -> np.ndarray:
+        """Pulay coefficients of the stored vectors (summing to 1)."""
         return pulay_coefficients(self._overlap)
 
     def extrapolate_into(self, blocks: Mapping[str, np.ndarray]) -> None:
+        """:meth:`DIIS.extrapolate_into` chunk by chunk, in :class:`DIIS`'s order (two chunks
+        in memory at a time)."""
         c = self.coefficients()
         vecs = self._file["vectors"]
         for _, lo, hi, store in self._chunks(blocks):

@@ -37,6 +37,7 @@ class Candidate:
 
     @property
     def peak(self) -> int:
+        """The profile's peak over all levels."""
         return self.profile.peak
 
 
@@ -68,6 +69,7 @@ class TermDP:
 
     # -- shared pieces ------------------------------------------------------------------------
     def involved(self, n: int) -> frozenset[Index]:
+        """Labels of node n's two children: every mode its contraction runs over."""
         u, v = self.tree.nodes[n].children
         return self.labels[u] | self.labels[v]
 
@@ -79,10 +81,13 @@ class TermDP:
                            if o.label not in involved)
 
     def sliced(self, n: int, chain: tuple[Open, ...]) -> set[Index]:
+        """Labels of node n that an enclosing loop of ``chain`` slices to a block."""
         return {o.label for o in chain if o.label in self.labels[n]}
 
     def combine(self, n: int, ctx: tuple[Open, ...], opens: tuple[Open, ...], first: int,
                 kids: tuple[Profile, Profile]) -> Profile:
+        """Node n's profile from its children's, opening ``opens`` under ``ctx`` with child
+        ``first`` run first: its loops' accumulators and the per-batch part included."""
         chain = ctx + opens
         labels = self.tree.nodes[n].labels
         part = self.sizer.bytes(labels, self.sliced(n, chain))
@@ -115,6 +120,8 @@ class TermDP:
 
     # -- the DP -------------------------------------------------------------------------------
     def candidates(self, n: int, ctx: tuple[Open, ...]) -> list[Open]:
+        """Loops node n may open under ``ctx``: summed modes (contracted) and the term's open
+        modes not yet looped (external), in batchable spaces of more than one batch."""
         out = []
         if len(ctx) >= self.policy.max_loops:
             return out
@@ -131,6 +138,8 @@ class TermDP:
         return out
 
     def solve(self, n: int, ctx: tuple[Open, ...] = ()) -> list[Candidate]:
+        """The Pareto set of node n's subtree under the enclosing chain ``ctx`` (memoized): every
+        choice of opens, nesting and child order, dominated ones dropped."""
         key = (n, ctx)
         if key in self.memo:
             return self.memo[key]

@@ -68,6 +68,7 @@ class ArrayView:
 
     @property
     def copies(self) -> bool:
+        """Whether the array goes through a transposing copy (``perm`` is set)."""
         return self.perm is not None
 
 

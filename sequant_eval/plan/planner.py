@@ -30,6 +30,7 @@ class TermPlan:
     min_peak_bytes: int                      # the least peak any plan of this term reaches
 
     def dump(self) -> str:
+        """One line: the loops each node opens, then peak and flops (beside the unbatched flops)."""
         parts = []
         for n, ids in enumerate(self.opens):
             if ids:
@@ -50,13 +51,16 @@ class BatchPlan:
     share_leaves: bool = True      # one fetched block per leaf for the whole forest
 
     def term(self, value: int) -> TermPlan:
+        """The plan of the term whose root value is ``value``."""
         return next(t for t in self.terms if t.value == value)
 
     @property
     def max_term_peak(self) -> int:
+        """The largest peak of one term scheduled alone (0 with no terms)."""
         return max((t.peak_bytes for t in self.terms), default=0)
 
     def dump(self) -> str:
+        """Stable text: the policy, every loop, then one line per term."""
         lines = [self.policy.dump()]
         lines += [str(loop) for loop in self.loops]
         lines += [t.dump() for t in self.terms]

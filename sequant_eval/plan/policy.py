@@ -159,6 +159,7 @@ class BatchPolicy:
 
     @property
     def finite(self) -> bool:
+        """Whether a budget is in force (an infinite one sets no limit)."""
         return math.isfinite(self.budget_bytes)
 
     @classmethod
@@ -185,15 +186,20 @@ class BatchPolicy:
                     f"{', '.join(map(str, known)) or 'none'}); fix the name or add its extent")
 
     def block_of(self, space: str, extent: int) -> int:
+        """Elements per batch of ``space`` at this extent: its ``block`` entry, else an even
+        cut into ``DEFAULT_BATCHES``, clamped to 1..extent."""
         size = self.block.get(space)
         if size is None:
             size = math.ceil(extent / DEFAULT_BATCHES)
         return max(1, min(int(size), extent))
 
     def nbatches(self, space: str, extent: int) -> int:
+        """Batches of a loop over ``space`` at this extent (the last may be shorter)."""
         return math.ceil(extent / self.block_of(space, extent))
 
     def dump(self) -> str:
+        """One line: budget, batchable spaces in both roles, block sizes, volatile tensors and
+        accumulation factor."""
         blocks = ",".join(f"{k}={v}" for k, v in sorted(self.block.items()))
         return (f"policy: budget {self.budget_bytes:g} B; contracted {{{','.join(sorted(self.contracted))}}}"
                 f"; external {{{','.join(sorted(self.external))}}}; block {{{blocks}}}; "

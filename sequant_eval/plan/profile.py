@@ -26,10 +26,12 @@ class Profile:
 
     @property
     def depth(self) -> int:
+        """L: the enclosing loop levels the profile spans."""
         return len(self.hold)
 
     @property
     def peak(self) -> int:
+        """The subtree's peak over all levels."""
         return max(self.pk)
 
     def held(self, d: int) -> int:
@@ -47,9 +49,12 @@ class Profile:
         return self.res if d == self.depth else 0
 
     def peak_at(self, d: int) -> int:
+        """Peak during the level-d steps; 0 beyond the profile's levels."""
         return self.pk[d] if d < len(self.pk) else 0
 
     def dominates(self, other: Profile) -> bool:
+        """No worse than ``other`` in flops, result and every level's peak and hold (the DP's
+        pruning test)."""
         return (self.flops <= other.flops and self.res <= other.res
                 and all(a <= b for a, b in zip(self.pk, other.pk))
                 and all(a <= b for a, b in zip(self.hold, other.hold)))

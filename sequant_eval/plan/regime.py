@@ -38,9 +38,11 @@ class Regime:
 
     @classmethod
     def from_extents(cls, extents: Mapping[str, int]) -> Regime:
+        """A regime of plain extents only (no composite domain tables)."""
         return cls(dict(extents))
 
     def plain(self, space: str) -> int:
+        """Extent of a plain space; a composite space (``a<2>``) takes its base space's."""
         if space in self.extents:
             return self.extents[space]
         base = space.split("<", 1)[0]
@@ -67,11 +69,14 @@ class Regime:
                      for s, g in zip(spaces, groups))
 
     def label_sizes(self, labels: Sequence[Index]) -> tuple[float, ...]:
+        """Per-mode sizes of these labels, composite ones sharing a proto set grouped for
+        their power mean."""
         protos = [ix.protos for ix in labels]
         groups = [-1 if not p else protos.index(p) for p in protos]
         return self.mode_sizes([mode_space(ix) for ix in labels], groups)
 
     def to_json(self) -> str:
+        """The regime as JSON, in the format ``load_regime`` reads."""
         return json.dumps({"name": self.name, "extents": self.extents,
                            "power_means": {str(k): list(v) for k, v in self.moments.items()}},
                           ensure_ascii=False, indent=2)

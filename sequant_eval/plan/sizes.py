@@ -23,9 +23,11 @@ class Sizer:
         return self.regime.plain(mode_space(ix))
 
     def block(self, ix: Index) -> int:
+        """Elements per batch of a loop over ``ix`` under the policy."""
         return self.policy.block_of(ix.space, self.extent(ix))
 
     def nbatches(self, ix: Index) -> int:
+        """Batches of a loop over ``ix`` under the policy."""
         return self.policy.nbatches(ix.space, self.extent(ix))
 
     def sizes(self, labels: Iterable[Index], sliced: Collection[Index] = ()) -> list[float]:
@@ -35,4 +37,5 @@ class Sizer:
         return [self.block(ix) if ix in sliced else s for ix, s in zip(labels, full)]
 
     def bytes(self, labels: Iterable[Index], sliced: Collection[Index] = ()) -> int:
+        """Footprint of an array with these labels, ``sliced`` ones at block extent."""
         return footprint_bytes(self.sizes(labels, sliced), self.itemsize)

@@ -92,6 +92,7 @@ class ClusterMeter:
 
     @property
     def task_peak_bytes(self) -> int:
+        """The largest metered peak of one task (0 with no tasks)."""
         return max((t.peak_bytes for t in self.tasks), default=0)
 
     @property
@@ -100,6 +101,8 @@ class ClusterMeter:
         return max(self.client_peak_bytes, self.task_peak_bytes)
 
     def dump(self) -> str:
+        """One line: task count, metered task and client peaks beside their predictions, wall
+        time."""
         return (f"cluster meter: {len(self.tasks)} tasks; task peak "
                 f"{format_bytes(self.task_peak_bytes)} (predicted per worker "
                 f"{format_bytes(self.plan.worker_peak_bytes)}); client peak "

@@ -45,13 +45,17 @@ class ClusterPlan:
 
     @property
     def tasks(self) -> int:
+        """Number of distributed tasks."""
         return len(self.task_peaks)
 
     @property
     def task_peak_bytes(self) -> int:
+        """The largest predicted peak of one task (0 with no tasks)."""
         return max(self.task_peaks, default=0)
 
     def dump(self) -> str:
+        """Stable text: workers and threads, per-worker and client peaks, then the distributed
+        blocks and any outer loops kept on the client."""
         from ..units import format_bytes
 
         budget = (f" (budget {format_bytes(self.budget_bytes)})"

@@ -44,6 +44,7 @@ class Segment:
 
     @property
     def empty(self) -> bool:
+        """No roots: the segment gives nothing and need not run."""
         return not self.roots
 
 
@@ -74,6 +75,7 @@ class Block:
         return tuple(sorted({i for t in self.tasks for i in t.segment.stored}))
 
     def describe(self) -> str:
+        """One line: the loop, its batching and the equations it feeds."""
         lp = self.loop
         return (f"loop L{lp.id} {{{lp.space}:{lp.kind.value}}} ({lp.nbatches} batches of "
                 f"{lp.block} over {lp.extent}; equations {', '.join(self.equations) or '-'})")
@@ -94,10 +96,12 @@ class Partition:
 
     @property
     def steps(self) -> list[Segment]:
+        """The client's steps in order: ``pre``, then every block's ``applies``, batch by batch."""
         return [self.pre] + [s for b in self.blocks for s in b.applies]
 
     @property
     def tasks(self) -> list[Task]:
+        """Every task, block by block and batch by batch (the submission order)."""
         return [t for b in self.blocks for t in b.tasks]
 
 

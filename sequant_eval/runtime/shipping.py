@@ -36,6 +36,7 @@ class H5Dataset:
     name: str
 
     def open(self):
+        """The dataset, its file opened read-only once per worker process."""
         import h5py
 
         f = _OPEN.get(self.file)
@@ -55,6 +56,7 @@ class MemoryMap:
     order: str
 
     def open(self) -> np.memmap:
+        """The map, reopened read-only."""
         return np.memmap(self.file, self.dtype, "r", self.offset, self.shape, self.order)
 
 
