@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import DistributedError, InputTypeError, PolicyError, SequantEvalError
+from .errors import DistributedError, InputTypeError, PolicyError
 from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest

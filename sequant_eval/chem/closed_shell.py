@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
+from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
 from .integrals import (SCFNotConverged, _sub_block, _transform_rows, check_frozen,  # noqa: F401
                         check_request, density_fitted)

@@ -28,7 +28,8 @@ from sequant_eval.errors import MissingTensor, SequantEvalError, UsageError
 
 from .integrals import _sub_block
 from .process_memory import release_free_memory
-from .solver import OrbitalDenominators, slabs
+from .diis import slabs
+from .solver import OrbitalDenominators
 
 __all__ = ["IntegralFile", "AmplitudeFile", "integral_blocks", "DEFAULT_SLAB_BYTES"]
 

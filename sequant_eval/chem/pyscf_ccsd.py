@@ -45,7 +45,8 @@ from .closed_shell import ClosedShellIntegrals
 from .equations import ccsd_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
 from .process_memory import map_large_allocations, release_free_memory
-from .solver import (CCResult, HDF5DIIS, IterationRecord, denominators, mp2_guess,
+from .diis import HDF5DIIS
+from .solver import (CCResult, IterationRecord, denominators, mp2_guess,
                      orbital_denominators, solve_cc)
 
 __all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sequant_eval.errors import MissingTensor, ShapeMismatch, UnknownSpace, UnsupportedFeature
+from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
 from .integrals import SCFNotConverged, check_request, SpinOrbitalIntegrals, _sub_block, density_fitted
 

@@ -10,7 +10,7 @@ runs on the GPU. The dry run carries shapes only (sizes may be composite means).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from math import prod
 
 import numpy as np
