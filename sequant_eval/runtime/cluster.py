@@ -194,6 +194,8 @@ class _Run:
             shared = c.scatter(_Shared(self.part.forest, dict(self.source.extents),
                                        self.source.dtype()), broadcast=True, hash=False)
             bundle = ship_inputs(tensors, lambda a: c.scatter(a, broadcast=True, hash=False))
+        except DistributedError:
+            raise
         except Exception as err:
             raise DistributedError(
                 f"could not send the inputs to the workers ({type(err).__name__}: {err}); "

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import DistributedError
+
 __all__ = ["H5Dataset", "MemoryMap", "ship_inputs", "open_inputs"]
 
 _OPEN: dict[str, object] = {}          # per worker process: HDF5 files opened read-only
@@ -64,8 +66,11 @@ def _h5(x) -> H5Dataset | None:
     h5py = sys.modules.get("h5py")
     if h5py is None or not isinstance(x, h5py.Dataset):
         return None
-    if x.file.mode != "r":
-        x.file.flush()                  # what the workers read is what the caller wrote
+    if x.file.mode != "r":              # HDF5 locks a file open for writing against readers
+        raise DistributedError(
+            f"HDF5 dataset {x.name} of {x.file.filename} is in a file opened for writing "
+            f"(mode {x.file.mode!r}); workers cannot open it while this process holds it: "
+            f"close it and pass datasets of h5py.File(path, 'r'), or evaluate without client=")
     return H5Dataset(str(x.file.filename), str(x.name))
 
 

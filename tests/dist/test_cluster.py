@@ -191,6 +191,17 @@ def test_what_a_cluster_run_does_not_do_is_refused(client, arrays):
         kept.evaluate(arrays, client=client)
 
 
+def test_an_hdf5_file_open_for_writing_is_refused_before_work(client, arrays, tmp_path):
+    """HDF5 locks a file open for writing against other processes: the workers could not
+    read it, so it is refused on the client, naming the dataset and the way out."""
+    h5py = pytest.importorskip("h5py")
+    ev = se.Evaluator(ccsd_equations(), EXT, budget="25%")
+    with h5py.File(tmp_path / "t2.h5", "w") as f:
+        f["t2"] = arrays["t2"]
+        with pytest.raises(se.DistributedError, match=r"/t2 .*opened for writing.*'r'"):
+            ev.evaluate(dict(arrays, t2=f["t2"]), client=client)
+
+
 def test_a_worker_killed_mid_run_is_retried_and_the_result_is_exact(client, arrays,
                                                                    reference):
     """One worker is killed (SIGKILL) as soon as the first task's result is in: between
