@@ -237,11 +237,6 @@ class AmplitudeFile:
         self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
             if exchange else None
 
-    def slab_bytes(self) -> int:
-        """Bytes of one slab (at least one row of ``t2``)."""
-        shape = tuple(self.t2.shape)
-        return 8 * max(self.slab, int(np.prod(shape[1:], dtype=np.int64)))
-
     def mp2_guess(self, ints: Any, d: OrbitalDenominators) -> dict[str, Any]:
         """``t1 = 0`` and ``t2 = g{a,a;i,i} / D2`` written slab by slab (the amplitudes
         :func:`~sequant_eval.chem.solver.mp2_guess` makes in memory, bitwise)."""
