@@ -117,6 +117,7 @@ class _Shared:
     forest: Forest
     extents: dict
     dtype: np.dtype
+    program: str                    # the partition's token: kernel plans are per program
 
 
 _LOCAL = threading.local()
@@ -126,9 +127,11 @@ def run_task(shared: _Shared, segment: Segment, bundle: dict, stored: dict, trac
     """On a worker: one batch's graph by the one executor; its results by global node, and
     (metered peak, traced peak or None, seconds, worker address)."""
     source = TensorSource(shared.forest, open_inputs(bundle), shared.extents)
-    be = getattr(_LOCAL, "backend", None)
-    if be is None:                      # one per worker thread: kernel plans are reused
-        be = _LOCAL.backend = NumpyBackend()
+    # one backend per worker thread and program: its kernel plans are keyed by value ids,
+    # which mean another contraction in another forest
+    if getattr(_LOCAL, "program", None) != shared.program:
+        _LOCAL.program, _LOCAL.backend = shared.program, NumpyBackend()
+    be = _LOCAL.backend
     be.dtype = shared.dtype
     start = time.perf_counter()
     if trace:
@@ -192,7 +195,8 @@ class _Run:
         c = self.client
         try:
             shared = c.scatter(_Shared(self.part.forest, dict(self.source.extents),
-                                       self.source.dtype()), broadcast=True, hash=False)
+                                       self.source.dtype(), self.part.token),
+                               broadcast=True, hash=False)
             bundle = ship_inputs(tensors, lambda a: c.scatter(a, broadcast=True, hash=False))
         except DistributedError:
             raise

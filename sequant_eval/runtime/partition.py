@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import dataclass, replace
+import uuid
+from dataclasses import dataclass, field, replace
 
 from ..forest.values import Forest
 from ..plan.loops import Loop
@@ -93,6 +94,8 @@ class Partition:
     results: dict[str, int]         # equation → global node of its result
     last_use: dict[int, int]        # global node → last client step holding it
     client_loops: tuple[int, ...]   # outer loops kept on the client (batches not independent)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)   # names this program on
+    # the workers: their kernel plans are cached per program (value ids are per forest)
 
     @property
     def steps(self) -> list[Segment]:

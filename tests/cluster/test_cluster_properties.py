@@ -61,3 +61,20 @@ def test_cluster_equals_single_process(client):
     assert seen["examples"] > 0
     assert seen["distributed"] >= MIN_DISTRIBUTED * seen["examples"], seen
 
+
+
+def test_kernel_plans_are_not_shared_between_programs(client):
+    """Two forests whose contraction has the same value id and operand shapes but another
+    index pattern (``X·Y`` and ``X·Yᵀ``), one after the other on the same workers: each
+    equals its single-process run (a worker that reused the first program's kernel plan
+    would compute ``X·Y`` twice)."""
+    extents = {"i": 6, "a": 2}                      # batches of i are 2 long: Y's blocks
+    for text in ("R{i_1,i_2} = X{i_1,a_1} * Y{a_1,i_2}",     # (a, i) and (i, a) are both 2x2
+                 "R{i_1,i_2} = X{i_1,a_1} * Y{i_2,a_1}"):
+        low = forest_minimum(text, extents, 2)
+        ev = se.Evaluator(text, extents, policy=_policy(extents, 2, low))
+        tensors = _tensors(ev.forest, extents, 1)
+        ref = ev.evaluate(tensors)
+        out, meter = ev.evaluate(tensors, client=client, return_meter=True)
+        assert len(meter.tasks) > 1, "the contraction must run in tasks for this to mean anything"
+        np.testing.assert_allclose(out["R"], ref["R"], rtol=1e-12, atol=1e-12)
