@@ -59,7 +59,15 @@ def cluster_shape(client) -> tuple[int, int]:
     if not isinstance(client, distributed.Client):
         raise DistributedError(f"client must be a distributed.Client, got "
                                f"{type(client).__name__} {client!r}")
-    nthreads = client.nthreads()
+    if getattr(client, "status", "running") != "running":
+        raise DistributedError(f"the client {client!r} is {client.status}: connect a new "
+                               f"distributed.Client, or evaluate without client=")
+    try:
+        nthreads = client.nthreads()
+    except Exception as err:            # a client whose scheduler is gone
+        raise DistributedError(f"cannot reach the cluster of {client!r} "
+                               f"({type(err).__name__}: {err}); connect a new "
+                               f"distributed.Client, or evaluate without client=") from err
     if not nthreads:
         raise DistributedError(f"the cluster of {client!r} has no workers: start some (e.g. "
                                f"distributed.LocalCluster(n_workers=2, threads_per_worker=1))")
@@ -164,13 +172,18 @@ def run_on_cluster(part: Partition, client, tensors, source: TensorSource,
     if plan.worker_peak_bytes > plan.budget_bytes:
         k = int(np.argmax(plan.task_peaks))
         t = part.tasks[k]
+        way = (f"start the workers with one thread each (threads_per_worker=1, dask worker "
+               f"--nthreads 1), or plan for a budget {threads}x smaller" if threads > 1 else
+               f"raise the budget to at least {int(plan.worker_peak_bytes)} B (a task holds "
+               f"its batch's inputs, results and the values shared with it, which near the "
+               f"single-process minimum can exceed it; se.analyze(..., workers=N) shows the "
+               f"per-worker peak), or evaluate without client=")
         raise DistributedError(
             f"on workers of {threads} threads the per-worker peak would be "
             f"{format_bytes(plan.worker_peak_bytes)}, over the budget "
             f"{format_bytes(plan.budget_bytes)} (the largest task, batch {t.batch} of "
             f"{part.blocks[t.block].describe()}, holds {format_bytes(plan.task_peaks[k])}); "
-            f"start the workers with one thread each (threads_per_worker=1, "
-            f"dask worker --nthreads 1) or plan for a budget {threads}x smaller")
+            + way)
     return _Run(part, client, source, progress, trace, plan).go(tensors)
 
 

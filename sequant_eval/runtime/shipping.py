@@ -17,6 +17,7 @@ one process), so what travels is a way to read, not the data:
 from __future__ import annotations
 
 import mmap
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ def _h5(x) -> H5Dataset | None:
             f"HDF5 dataset {x.name} of {x.file.filename} is in a file opened for writing "
             f"(mode {x.file.mode!r}); workers cannot open it while this process holds it: "
             f"close it and pass datasets of h5py.File(path, 'r'), or evaluate without client=")
-    return H5Dataset(str(x.file.filename), str(x.name))
+    return H5Dataset(os.path.abspath(x.file.filename), str(x.name))   # workers run elsewhere
 
 
 def _memmap(x) -> MemoryMap | None:
@@ -95,17 +96,18 @@ def ship_inputs(tensors: Mapping[str, object], scatter: Callable[[list], list]) 
     ``scatter(arrays) -> futures`` sends the in-memory arrays once to every worker."""
     arrays: list = []
 
-    def one(x):
+    def one(x, name):
         handle = _h5(x) or _memmap(x)
         if handle is not None:
             return handle
         if isinstance(x, np.ndarray):
             arrays.append(np.asarray(x))
             return _Slot(len(arrays) - 1)
+        _check_picklable(x, name)
         return x
 
-    shipped = {name: ({k: one(v) for k, v in given.items()} if isinstance(given, Mapping)
-                      else one(given)) for name, given in tensors.items()}
+    shipped = {name: ({k: one(v, name) for k, v in given.items()} if isinstance(given, Mapping)
+                      else one(given, name)) for name, given in tensors.items()}
     futures = scatter(arrays) if arrays else []
 
     def fill(x):
@@ -113,6 +115,22 @@ def ship_inputs(tensors: Mapping[str, object], scatter: Callable[[list], list]) 
 
     return {name: ({k: fill(v) for k, v in given.items()} if isinstance(given, dict)
                    else fill(given)) for name, given in shipped.items()}
+
+
+def _check_picklable(x, name: str) -> None:
+    """A provider or array-like travels as itself: refuse, before any work, one that cannot."""
+    try:
+        import cloudpickle
+    except ImportError:                 # distributed brings it; without it, Dask will say
+        return
+    try:
+        cloudpickle.dumps(x)
+    except Exception as err:
+        raise DistributedError(
+            f"tensor {name!r} ({type(x).__name__}) cannot be sent to the workers "
+            f"({type(err).__name__}: {err}); give "
+            f"a provider that pickles (no locks, open files or sockets in its closure), an "
+            f"h5py dataset or np.memmap (sent by path), or evaluate without client=") from err
 
 
 @dataclass(frozen=True)

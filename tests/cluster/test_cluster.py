@@ -244,3 +244,42 @@ def test_the_readme_cluster_recipe_runs(client):
     scope["client"] = client
     exec(compile("\n".join(lines), "README.md", "exec"), scope)
     _close(scope["out"], single)
+
+
+def test_inputs_that_cannot_travel_are_refused_before_work(client, arrays):
+    """A provider whose closure holds a lock cannot be pickled: refused on the client,
+    naming the tensor."""
+    import threading
+
+    lock = threading.Lock()
+    g = arrays["g"]
+
+    def provider(spaces, ranges, _lock=lock):
+        return g[tuple(slice(lo, hi) for lo, hi in ranges)]
+
+    ev = se.Evaluator(ccsd_equations(), EXT, budget="25%")
+    with pytest.raises(se.DistributedError, match="tensor 'g'.*cannot be sent"):
+        ev.evaluate(dict(arrays, g=provider), client=client)
+
+
+def test_an_hdf5_file_opened_by_a_relative_path_is_found_by_the_workers(
+        client, arrays, reference, tmp_path, monkeypatch):
+    """The workers run in another directory: the file travels by its absolute path."""
+    h5py = pytest.importorskip("h5py")
+    monkeypatch.chdir(tmp_path)
+    with h5py.File("g.h5", "w") as f:
+        f["g"] = arrays["g"]
+    with h5py.File("g.h5", "r") as f:
+        ev = se.Evaluator(ccsd_equations(), EXT, budget="25%")
+        out = ev.evaluate(dict(arrays, g=f["g"]), client=client)
+    for name, ref in reference.items():
+        assert np.abs(out[name] - ref).max() <= 1e-12 * max(1.0, np.abs(ref).max()), name
+
+
+def test_a_closed_client_is_a_typed_error(arrays):
+    distributed = pytest.importorskip("distributed")
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                            dashboard_address=None) as c:
+        pass
+    with pytest.raises(se.DistributedError, match="closed|cannot reach"):
+        se.evaluate(ccsd_equations(), arrays, EXT, budget="25%", client=c)
