@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +33,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.append(str(_HERE))
 from doc_section import write_section  # noqa: E402
+from side_by_side import side_by_side  # noqa: E402
 
 SECTION = "## Distributed (Dask)"
 EXT = {"i": 20, "a": 76}
@@ -63,54 +61,13 @@ def _inputs(ev, directory: Path) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    import distributed
-
     import sequant_eval as se
     from sequant_eval.chem.equations import ccsd_equations
 
-    load_before = os.getloadavg()
     ev = se.Evaluator(ccsd_equations(), EXT, budget="25%", progress=lambda *a: None)
     tensors = _inputs(ev, Path(args.dir))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None,
-                                  silence_logs=logging.ERROR) as cluster, \
-            distributed.Client(cluster) as client:
-        rep = ev.analyze(client=client)
-        print(rep.cluster.dump(), flush=True)
-        ref = ev.evaluate(tensors)                               # warm-up, both sides
-        out = ev.evaluate(tensors, client=client)
-        diff = max(float(np.abs(out[k] - ref[k]).max() / max(1.0, np.abs(ref[k]).max()))
-                   for k in ref)
-        bitwise = all(np.array_equal(out[k], ref[k]) for k in ref)
-        one, many = [], []
-        for r in range(args.rounds):
-            t0 = time.perf_counter()
-            ev.evaluate(tensors)
-            one.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            ev.evaluate(tensors, client=client)
-            many.append(time.perf_counter() - t0)
-            print(f"round {r}: one process {one[-1]:.2f} s, cluster {many[-1]:.2f} s",
-                  flush=True)
-        _, meter = ev.evaluate(tensors, client=client, return_meter=True, trace_tasks=True)
-    plan = meter.plan
-    traced = [t.traced_bytes for t in meter.tasks]
-    return {
-        "system": "(H2O)2/cc-pVDZ spin-orbital CCSD residual", "extents": EXT,
-        "budget_bytes": plan.budget_bytes, "single_peak_bytes": rep.peak_bytes,
-        "rounds": args.rounds, "one_process_s": one, "cluster_s": many,
-        "tasks": plan.tasks, "blocks": len(plan.blocks),
-        "predicted_worker_peak_bytes": plan.worker_peak_bytes,
-        "max_task_metered_bytes": meter.task_peak_bytes,
-        "max_task_traced_bytes": max(traced), "traced_over_predicted": max(traced) /
-        plan.worker_peak_bytes,
-        "predicted_client_peak_bytes": plan.client_peak_bytes,
-        "client_metered_bytes": meter.client_peak_bytes,
-        "task_seconds": sum(t.seconds for t in meter.tasks),
-        "task_flops_share": sum(t.flops for t in meter.tasks) / meter.flops,
-        "max_rel_diff": diff, "bitwise": bitwise,
-        "load_before": load_before, "load_after": os.getloadavg(),
-    }
+    return {"system": "(H2O)2/cc-pVDZ spin-orbital CCSD residual", "extents": EXT,
+            **side_by_side(ev, tensors, args.rounds)}
 
 
 def section(r: dict) -> str:

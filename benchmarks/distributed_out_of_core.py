@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.append(str(_HERE))
 from out_of_core import TRIMER  # noqa: E402  (it puts its folder first on the path:)
+from side_by_side import side_by_side  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
 
@@ -36,7 +32,6 @@ MIB = 1 << 20
 
 
 def run(args: argparse.Namespace) -> dict:
-    import distributed
     import h5py
     from pyscf import gto, scf
 
@@ -62,50 +57,14 @@ def run(args: argparse.Namespace) -> dict:
     amps = h5py.File(path, "r")
     tensors = dict(ints.tensors(), t1={("a", "i"): t["t1"]}, t2={("a", "a", "i", "i"): amps["t2"]})
     ev = se.Evaluator(ccsd_equations(), ints.extents, budget=args.budget)
-    load_before = os.getloadavg()
     try:
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      dashboard_address=None,
-                                      silence_logs=logging.ERROR) as cluster, \
-                distributed.Client(cluster) as client:
-            rep = ev.analyze(client=client)
-            print(rep.cluster.dump(), flush=True)
-            ref = ev.evaluate(tensors)
-            out = ev.evaluate(tensors, client=client)
-            diff = max(float(np.abs(out[k] - ref[k]).max() / max(1.0, np.abs(ref[k]).max()))
-                       for k in ref)
-            one, many = [], []
-            for r in range(args.rounds):
-                t0 = time.perf_counter()
-                ev.evaluate(tensors)
-                one.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                ev.evaluate(tensors, client=client)
-                many.append(time.perf_counter() - t0)
-                print(f"round {r}: one process {one[-1]:.1f} s, cluster {many[-1]:.1f} s",
-                      flush=True)
-            _, meter = ev.evaluate(tensors, client=client, return_meter=True,
-                                   trace_tasks=True)
+        figures = side_by_side(ev, tensors, args.rounds)
     finally:
         amps.close()
         path.unlink(missing_ok=True)
         cc.close()
-    plan = meter.plan
-    traced = [x.traced_bytes for x in meter.tasks]
-    return {
-        "system": "(H2O)3/cc-pVDZ spin-orbital CCSD residual, out of core",
-        "extents": dict(ints.extents), "budget_bytes": plan.budget_bytes,
-        "single_peak_bytes": rep.peak_bytes, "loops": len(rep.loops),
-        "rounds": args.rounds, "one_process_s": one, "cluster_s": many,
-        "tasks": plan.tasks, "blocks": len(plan.blocks),
-        "predicted_worker_peak_bytes": plan.worker_peak_bytes,
-        "max_task_metered_bytes": meter.task_peak_bytes,
-        "max_task_traced_bytes": max(traced) if traced else 0,
-        "predicted_client_peak_bytes": plan.client_peak_bytes,
-        "client_metered_bytes": meter.client_peak_bytes,
-        "task_flops_share": sum(x.flops for x in meter.tasks) / meter.flops,
-        "max_rel_diff": diff, "load_before": load_before, "load_after": os.getloadavg(),
-    }
+    return {"system": "(H2O)3/cc-pVDZ spin-orbital CCSD residual, out of core",
+            "extents": dict(ints.extents), **figures}
 
 
 def main(argv=None) -> None:
