@@ -16,6 +16,15 @@ in ``pyscf.cc.CCSD``, spin-orbital ones as in ``pyscf.cc.GCCSD``.  Every residua
 evaluation of one compiled program, under ``budget`` when given; ``report`` is the dry
 run's prediction and ``meter`` what the last NumPy run accounted.
 
+The closed-shell residual is evaluated with intermediates
+(:func:`~sequant_eval.expr.factor.factor_common`: terms ending in the same factor read the
+same way are summed before that factor is contracted, e.g. ten o³v³ ring terms into four
+contractions): the intermediates are evaluated first and held, then the energy and
+residuals read them (:class:`~sequant_eval.staged.StagedEvaluator`); the budget bounds both
+stages with what is held. ``intermediates=False`` evaluates the plain equations in one
+program; the default drops the intermediates when a budget cannot hold them, and out of
+core (a few o²v² arrays held between stages would defeat the lean solver).
+
 Out of core (``integrals_on_disk=DIR``): the integral blocks the equations read are
 written once to an HDF5 file in ``DIR`` (in slabs, :mod:`sequant_eval.chem.on_disk`) and
 read per batch; nothing of them is cached in memory. The solver then runs lean: the
@@ -44,6 +53,8 @@ from .ccsd import residual_function
 from .closed_shell import ClosedShellIntegrals
 from .equations import ccsd_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
+from ..expr.factor import factor_common
+from ..staged import StagedEvaluator, StagedReport
 from .process_memory import map_large_allocations, release_free_memory
 from .diis import HDF5DIIS
 from .solver import (CCResult, IterationRecord, denominators, mp2_guess,
@@ -94,6 +105,10 @@ class CCSD:
     spin_orbital
         ``True`` forces the spin-orbital equations; ``None`` picks closed-shell for a
         closed-shell RHF and spin-orbital otherwise.
+    intermediates
+        Closed shell: evaluate with common-factor intermediates (``True``), without
+        (``False``), or with them unless out of core or the budget cannot hold them
+        (``None``, the default).
     conv_tol, conv_tol_normt, max_cycle
         Converged when ``|ΔE| < conv_tol`` and the residual norm ``< conv_tol_normt``
         (PySCF measures the amplitude change instead), after at most ``max_cycle``
@@ -113,7 +128,7 @@ class CCSD:
                  conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 8,
                  callback: Callable[[IterationRecord, float, int], Any] | None = None,
                  integrals_on_disk: str | os.PathLike | None = None,
-                 slab_bytes: float | None = None) -> None:
+                 slab_bytes: float | None = None, intermediates: bool | None = None) -> None:
         self.mf = mf
         self.integrals_on_disk = None if integrals_on_disk is None else Path(integrals_on_disk)
         self.slab_bytes = slab_bytes
@@ -138,14 +153,24 @@ class CCSD:
         self.converged = False
         self.iterations = 0
         self.result: CCResult | None = None
-        self.report: Report | None = None
+        self.report: Report | StagedReport | None = None
         self.meter = None
         self.seconds_per_iteration = float("nan")
         if self.spin_orbital:
             self.equations = ccsd_equations()
         else:       # Coulomb/exchange pairs folded into L = 2g - g~ and u2 = 2t2 - t2~
             self.equations = fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
+        if intermediates and (self.spin_orbital or self.integrals_on_disk is not None):
+            raise UnsupportedFeature(
+                "intermediates=True needs the closed-shell equations in memory; drop "
+                "spin_orbital=True / integrals_on_disk, or leave intermediates unset")
+        self.intermediates = intermediates
         self.integrals = self._integrals()
+        self._plain = self.equations
+        if intermediates is not False and not self.spin_orbital and not self.out_of_core:
+            # R2 equals its mirror image (a_1,i_1 <-> a_2,i_2); the exchange fold hides it
+            self.equations = factor_common(self._plain, self.integrals.extents,
+                                           mirrored=("R2",))
 
     def _integrals(self):
         if not self.spin_orbital:
@@ -225,9 +250,27 @@ class CCSD:
         """Virtual orbitals (spin orbitals with ``spin_orbital=True``)."""
         return self.integrals.nvir
 
-    def evaluator(self) -> Evaluator:
+    @property
+    def staged(self) -> bool:
+        """Whether the residual runs with intermediates (two or more stages)."""
+        return self.equations is not self._plain
+
+    def evaluator(self) -> Evaluator | StagedEvaluator:
         """The compiled residual program (planned under the budget on first use; out of
         core under the budget less :attr:`held_bytes`)."""
+        if getattr(self, "_evaluator", None) is None and self.staged:
+            ext = self.integrals.extents
+            budget = self.budget
+            try:
+                ev = StagedEvaluator(self.equations, ext, budget, volatile=("t1", "t2", "u2"),
+                                     persist=budget is not None)
+                if budget is not None:
+                    ev.evaluators             # plan now: refuse before the first residual
+                self._evaluator = ev
+            except InfeasibleBudget:
+                if self.intermediates:
+                    raise
+                self.equations = self._plain  # the plain equations need less memory
         if getattr(self, "_evaluator", None) is None:
             ext = self.integrals.extents
             budget = resolve_budget(self.equations, ext, self.budget)
@@ -381,6 +424,7 @@ class CCSD:
         return {
             "method": "CCSD", "reference": type(self.mf).__name__,
             "equations": "spin-orbital" if self.spin_orbital else "closed-shell",
+            "intermediates": self.staged,
             "basis": str(self.mf.mol.basis), "frozen": self.frozen,
             "nocc": self.nocc, "nvir": self.nvir,
             "e_hf": self.e_hf, "e_corr": self.e_corr,
@@ -402,7 +446,10 @@ class CCSD:
         }
 
     def _budget_bytes(self) -> float | None:
-        policy = self.evaluator().policy
+        ev = self.evaluator()
+        if isinstance(ev, StagedEvaluator):
+            return ev.budget_bytes
+        policy = ev.policy
         return None if policy is None else policy.budget_bytes
 
     def summary(self) -> str:
@@ -441,8 +488,15 @@ class CCSD:
                       f"  flops/iteration {format_flops(m.flops)}"
                       + (f" (recompute overhead {p.recompute_overhead:.3f}x, "
                          f"{len(p.loops)} loops)" if p.loops else "")]
-        lines.append(f"  forest: {p.forest.binary_contractions} binary contractions -> "
-                     f"{p.forest.distinct_contractions} distinct values")
+        if isinstance(p, StagedReport):
+            held = max(p.held_bytes)
+            lines.append(f"  staged: {len(p.stages)} stages, {len(self.equations) - 3} "
+                         f"intermediates (at most {format_bytes(held)} held between stages); "
+                         f"{p.binary_contractions} binary contractions -> "
+                         f"{p.distinct_contractions} distinct values")
+        else:
+            lines.append(f"  forest: {p.forest.binary_contractions} binary contractions -> "
+                         f"{p.forest.distinct_contractions} distinct values")
         if self.out_of_core:
             lines.append(f"  {disk}")
         return "\n".join(lines)

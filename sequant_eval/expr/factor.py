@@ -1,0 +1,431 @@
+"""Common-factor extraction: ``Σ_k c_k·X_k·B = (Σ_k c_k·X_k)·B`` with ``W = Σ_k c_k·X_k`` named.
+
+The forest shares equal contractions, but it cannot merge *different* contractions that end
+in the same factor read the same way. Closed-shell CCSD is full of them: ten ring terms of
+``R2`` end in ``t2`` or ``u2`` contracted over one (virtual, occupied) pair, each an
+o³v³ contraction. Summing what multiplies the common factor first (``W``, an o²v² array)
+and contracting once is what hand-written codes call the ring, ladder and Fock
+intermediates; here they are found from the equations.
+
+For each term and each factor ``B`` the rest of the product is ``X``; terms whose ``B`` has
+the same name and whose slots are read the same way (each slot either the same result
+index or summed against ``X``) form a group. ``W``'s indices are ``X``'s result indices (in
+result order) and then ``B``'s summed indices (in slot order). A group is merged when
+the flops of its terms, each contracted in its best order, exceed those of building
+``W`` plus the one contraction ``W·B``; the group with the largest saving goes first, and the
+search repeats on the new terms, then inside each ``W``. A ``W`` bigger than the equation's
+result is never made (it would be held between stages). A ``W`` equal to an earlier one
+but for the order of its indices (a mirror term's group) is that one, read transposed, so
+the forest still shares the contraction.
+
+The result is the intermediate equations, each before its first reader, then the given
+equations rewritten; equations read earlier results by name (see :mod:`sequant_eval.staged`).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from math import prod
+
+import opt_einsum
+
+from .index import Index, mode_space
+from .spintrace import SpinTraceError, _canonical_factors, _symmetric_spellings
+from .terms import Equation, Product, Tensor, index_counts
+
+__all__ = ["factor_common"]
+
+_OPTIMAL_UP_TO = 5
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """Term ``term`` read as ``coefficient · X · B`` with ``B = factors[position]``."""
+
+    term: int
+    b: Tensor                       # B, in the spelling the key was taken from
+    rest: tuple[Tensor, ...]        # X
+    interface: tuple[Index, ...]    # W's indices as this term labels them
+
+
+def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str, int], *,
+                  prefix: str = "W", real: Collection[str] = ("f", "g"),
+                  hermitian: Collection[str] = ("L",),
+                  mirrored: Collection[str] = ()) -> tuple[Equation, ...]:
+    """Equations with common factors pulled out into named intermediates.
+
+    Parameters
+    ----------
+    equations
+        Operator-free equations over plain indices (spin-traced or spin-orbital).
+    extents
+        Space → extent; the flop counts that decide each merge use them.
+    prefix
+        Intermediates are named ``<prefix>1``, ``<prefix>2``, ... (skipping any name a
+        tensor or equation already has).
+    real, hermitian
+        Tensors with the per-column (``real``) or whole (``hermitian``) bra/ket swap
+        symmetry, beside the particle symmetry every input tensor has; used to read two
+        spellings of one factor as the same.
+    mirrored
+        Equations known to equal their mirror image (result columns swapped), e.g.
+        closed-shell ``R2`` after an exchange fold, whose terms no longer show it.
+
+    Returns
+    -------
+    The intermediates (each before the first equation that reads it), then ``equations``
+    in their order, rewritten.
+    """
+    if isinstance(equations, Equation):
+        equations = (equations,)
+    taken = {eq.name for eq in equations} | {
+        t.name for eq in equations for p in eq.terms for t in p.factors}
+    state = _State(extents, prefix, taken, frozenset(real), frozenset(hermitian),
+                   frozenset(taken), frozenset(mirrored))
+    rewritten = [state.factor(eq) for eq in equations]
+    return tuple(state.ordered()) + tuple(rewritten)
+
+
+class _State:
+    def __init__(self, extents, prefix, taken, real, hermitian, symmetric, mirrored) -> None:
+        self.mirrored = mirrored
+        self.extents = extents
+        self.prefix = prefix
+        self.taken = set(taken)
+        self.real, self.hermitian = real, hermitian
+        self.symmetric = symmetric             # tensors with particle symmetry (the inputs)
+        self.defined: list[Equation] = []      # intermediates, creation order
+        self.contents: dict[tuple, str] = {}   # canonical content → intermediate name
+        self.counter = 0
+
+    # ----------------------------------------------------------------- costs
+    def size(self, ix: Index) -> int:
+        return self.extents[mode_space(ix)]
+
+    def cost(self, factors: Sequence[Tensor], output: Sequence[Index]) -> int:
+        """Flops (2 per multiply-add) of the best binary order of ``factors`` → ``output``."""
+        if len(factors) < 2:
+            return 0
+        labels = sorted({ix for t in factors for ix in t.slots})
+        sym = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
+        spec = (",".join("".join(sym[ix] for ix in t.slots) for t in factors) + "->"
+                + "".join(sym[ix] for ix in output))
+        shapes = [tuple(self.size(ix) for ix in t.slots) for t in factors]
+        strategy = "optimal" if len(factors) <= _OPTIMAL_UP_TO else "dp"
+        _, info = opt_einsum.contract_path(spec, *shapes, shapes=True, optimize=strategy)
+        return int(info.opt_cost)
+
+    # ----------------------------------------------------------------- grouping
+    def candidates(self, k: int, p: Product, externals: tuple[Index, ...]):
+        """Every way of reading term ``k`` as ``X · B``: (key, candidate)."""
+        if p.operators or len(p.factors) < 2:
+            return
+        counts = index_counts(p)
+        if any(ix.protos for ix in counts) or any(
+                counts[ix] != 1 for ix in externals if ix in counts):
+            return
+        if any(n != 2 for ix, n in counts.items() if ix not in externals):
+            return
+        seen = set()
+        for pos, b in enumerate(p.factors):
+            rest = p.factors[:pos] + p.factors[pos + 1:]
+            if any(t.name not in self.symmetric for t in rest):
+                continue                        # W is made of input tensors only
+            best = self.key_of(b, externals)
+            if best is None:
+                continue
+            key, spelled, summed = best
+            if key in seen:                     # t1·t1: one reading per distinct key
+                continue
+            seen.add(key)
+            outer = tuple(ix for ix in externals if ix not in spelled.slots)
+            yield key, _Candidate(k, spelled, rest, outer + summed)
+
+    def key_of(self, b: Tensor, externals: tuple[Index, ...]):
+        """``(key, spelling, summed indices)`` of factor ``b``: the smallest over its
+        symmetric spellings of how each slot is read (a result position, or the n-th
+        summed index); None for a trace inside ``b``."""
+        xpos = {ix: n for n, ix in enumerate(externals)}
+        best = None
+        for name, bra, ket in self.spellings(b):
+            spelled = Tensor(name, bra, ket)
+            summed: list[Index] = []
+            sig: list[int] | None = []
+            for ix in spelled.slots:
+                if ix in xpos:
+                    sig.append(xpos[ix])
+                elif ix in summed:
+                    sig = None
+                    break
+                else:
+                    summed.append(ix)
+                    sig.append(-1 - summed.index(ix))
+            if sig is None:
+                continue
+            key = (name, len(bra), len(ket), tuple(sig))
+            if best is None or key < best[0]:
+                best = (key, spelled, tuple(summed))
+        return best
+
+    def spellings(self, t: Tensor):
+        if t.name not in self.symmetric or t.aux:
+            return [(t.name, t.bra, t.ket)]
+        return _symmetric_spellings((t.name, t.bra, t.ket), t.name in self.real,
+                                    t.name in self.hermitian)
+
+    def factor(self, eq: Equation) -> Equation:
+        """``eq`` with every profitable group merged; intermediates recorded.
+
+        When ``eq`` is its own mirror image (its terms map onto themselves when its result
+        columns are swapped, as ``R2`` is) every term is kept beside its image, and a group
+        merges together with its mirror group, each member's image in the other: the second
+        ``W`` is the first read transposed, so the terms stay mirror pairs and the forest
+        keeps sharing each pair's contraction."""
+        externals = eq.indices
+        limit = prod(self.size(ix) for ix in externals) if externals else 1
+        mirror = self.mirror_of(eq)
+        terms = list(eq.terms)
+        partner: list[int] | None = None
+        if mirror is not None:
+            terms, partner = self.symmetrized(terms, externals, mirror)
+        while True:
+            groups: dict[tuple, list[_Candidate]] = {}
+            for k, p in enumerate(terms):
+                for key, cand in self.candidates(k, p, externals):
+                    groups.setdefault(key, []).append(cand)
+            best = None
+            for key in sorted(groups):
+                members = groups[key]
+                if prod(self.size(ix) for ix in members[0].interface) > limit:
+                    continue
+                twin = None
+                if partner is not None:
+                    twin_key = self.mirror_key(members[0], mirror, externals)
+                    if twin_key != key:
+                        members, twin = _paired(members, groups.get(twin_key, []), partner)
+                if len(members) < 2:
+                    continue
+                gain = self.gain(terms, members, externals)
+                if twin:
+                    gain += self.gain(terms, twin, externals, made=True)
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, members, twin)
+            if best is None:
+                break
+            _, members, twin = best
+            terms, partner = self.merge(terms, partner, members, twin)
+        return Equation(eq.name, tuple(terms), eq.result, eq.bare)
+
+    def gain(self, terms, members, externals, made: bool = False) -> int:
+        """Flops saved by merging ``members`` (``made``: their ``W`` exists already)."""
+        before = sum(self.cost(terms[c.term].factors, externals) for c in members)
+        build = 0 if made else sum(self.cost(c.rest, c.interface) for c in members)
+        final = self.cost((Tensor("W", members[0].interface), members[0].b), externals)
+        return before - build - final
+
+    def mirror_of(self, eq: Equation) -> dict[Index, Index] | None:
+        """The relabeling that swaps the result's two columns, if ``eq`` is named as
+        mirror-symmetric or its terms map onto themselves under it; else None."""
+        res = eq.result
+        if res is None or len(res.bra) != 2 or len(res.ket) != 2 or res.aux or any(
+                p.operators for p in eq.terms):
+            return None
+        if any(t.name not in self.symmetric for p in eq.terms for t in p.factors):
+            return None
+        swap = {res.bra[0]: res.bra[1], res.bra[1]: res.bra[0],
+                res.ket[0]: res.ket[1], res.ket[1]: res.ket[0]}
+        if eq.name in self.mirrored:
+            return swap
+        plain = self.canonical(list(eq.terms), eq.indices, {})
+        return swap if self.canonical(list(eq.terms), eq.indices, swap) == plain else None
+
+    def symmetrized(self, terms: list[Product], externals: tuple[Index, ...],
+                    mirror: dict[Index, Index]) -> tuple[list[Product], list[int]]:
+        """The terms as mirror pairs, and each term's partner (its image).
+
+        A term whose image is its own (``g·t2`` ladder) is split into two halves, so that
+        each half can join a different group; so is one whose image is missing (an
+        exchange fold can pair terms across the mirror): itself and its image, each with
+        half the coefficient. Exact for a result equal to its mirror image."""
+        def key(p: Product, relabel) -> tuple:
+            return self.canonical([Product(Fraction(1), p.factors)], externals, relabel)
+
+        def image(p: Product) -> Product:
+            return Product(p.coefficient, tuple(
+                Tensor(t.name, tuple(mirror.get(x, x) for x in t.bra),
+                       tuple(mirror.get(x, x) for x in t.ket)) for t in p.factors))
+
+        index = {key(p, {}): k for k, p in enumerate(terms)}
+        out: list[Product] = []
+        partner: list[int] = []
+        done: set[int] = set()
+        for k, p in enumerate(terms):
+            if k in done:
+                continue
+            j = index.get(key(p, mirror))
+            done.add(k)
+            if j is not None and j != k and j not in done and terms[j].coefficient == p.coefficient:
+                done.add(j)
+                out += [p, terms[j]]
+            else:
+                half = Product(p.coefficient / 2, p.factors)
+                out += [half, image(half)]
+            partner += [len(out) - 1, len(out) - 2]
+        return out, partner
+
+    def mirror_key(self, cand: _Candidate, mirror: dict[Index, Index],
+                   externals: tuple[Index, ...]) -> tuple:
+        """The key the mirror image of ``cand``'s term is grouped under."""
+        b = cand.b
+        swapped = Tensor(b.name, tuple(mirror.get(x, x) for x in b.bra),
+                         tuple(mirror.get(x, x) for x in b.ket))
+        return self.key_of(swapped, externals)[0]
+
+    def merge(self, terms: list[Product], partner: list[int] | None,
+              members: list[_Candidate], twin: list[_Candidate] | None
+              ) -> tuple[list[Product], list[int] | None]:
+        """Replace the group's terms (and its twin's) by ``c · W · B``; define (or reuse)
+        ``W``. The two new terms are partners; a self-mirror group's is its own."""
+        made = [self.merged(terms, members)]
+        if twin:
+            made.append(self.merged(terms, twin))
+        dropped = {c.term for c in members} | {c.term for c in (twin or ())}
+        kept = [k for k in range(len(terms)) if k not in dropped]
+        out = [terms[k] for k in kept] + made
+        if partner is None:
+            return out, None
+        new = {old: n for n, old in enumerate(kept)}
+        pairs = [new.get(partner[k], -1) for k in kept]
+        n = len(kept)
+        pairs += [n + 1, n] if twin else [n]
+        if any(x < 0 for x in pairs):           # a partner merged away alone: stop pairing
+            return out, None
+        return out, pairs
+
+    def merged(self, terms: list[Product], members: list[_Candidate]) -> Product:
+        """``c · W{...} · B`` for one group (``W`` defined here or found)."""
+        lead = members[0]
+        scale = terms[lead.term].coefficient
+        iface = _fresh_labels(tuple(ix.space for ix in lead.interface))
+        content: dict[tuple, Fraction] = {}
+        for c in members:
+            rename = _renaming(c.rest, c.interface, iface)
+            factors = [(t.name, tuple(rename[x] for x in t.bra), tuple(rename[x] for x in t.ket))
+                       for t in c.rest]
+            k = _canonical_factors(factors, iface, self.real, self.hermitian)
+            content[k] = content.get(k, Fraction(0)) + terms[c.term].coefficient / scale
+        products = [Product(c, tuple(Tensor(n, b, k) for n, b, k in key))
+                    for key, c in content.items() if c != 0]
+        name, order = self.intern(products, iface)
+        w = Tensor(name, tuple(lead.interface[order[m]] for m in range(len(order))))
+        return Product(scale, (w, lead.b))
+
+    def intern(self, content: list[Product], iface: tuple[Index, ...]):
+        """The intermediate whose terms are ``content`` (free indices ``iface``), made if
+        new; and ``order``: the reader puts its interface index ``order[m]`` on slot m."""
+        spaces = tuple(ix.space for ix in iface)
+        for sigma in _space_permutations(spaces):
+            relabel = {iface[k]: iface[sigma[k]] for k in range(len(iface))}
+            key = (spaces, self.canonical(content, iface, relabel))
+            name = self.contents.get(key)
+            if name is not None:
+                inverse = [0] * len(sigma)
+                for k, s in enumerate(sigma):
+                    inverse[s] = k
+                return name, tuple(inverse)
+        name = self.new_name()
+        self.contents[(spaces, self.canonical(content, iface, {}))] = name
+        body = Equation(name, tuple(content), Tensor(name, iface))
+        self.defined.append(self.factor(body))
+        return name, tuple(range(len(iface)))
+
+    def canonical(self, content: list[Product], iface, relabel) -> tuple:
+        terms: dict[tuple, Fraction] = {}
+        for p in content:
+            factors = [(t.name, tuple(relabel.get(x, x) for x in t.bra),
+                        tuple(relabel.get(x, x) for x in t.ket)) for t in p.factors]
+            key = _canonical_factors(factors, tuple(iface), self.real, self.hermitian)
+            terms[key] = terms.get(key, Fraction(0)) + p.coefficient
+        return tuple(sorted((k, c) for k, c in terms.items() if c != 0))
+
+    def new_name(self) -> str:
+        while True:
+            self.counter += 1
+            name = f"{self.prefix}{self.counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def ordered(self) -> list[Equation]:
+        """Intermediates with each after every intermediate it reads."""
+        by_name = {eq.name: eq for eq in self.defined}
+        out: list[Equation] = []
+        done: set[str] = set()
+
+        def visit(eq: Equation) -> None:
+            if eq.name in done:
+                return
+            done.add(eq.name)
+            for p in eq.terms:
+                for t in p.factors:
+                    if t.name in by_name:
+                        visit(by_name[t.name])
+            out.append(eq)
+
+        for eq in self.defined:
+            visit(eq)
+        return out
+
+
+def _paired(members: list[_Candidate], twins: list[_Candidate], partner: list[int]):
+    """A group and its mirror group with each member's image in the other: members whose
+    image is not in the twin group (or that are their own image) are left out."""
+    by_term = {c.term: c for c in twins}
+    mine, theirs, used = [], [], set()
+    for c in members:
+        j = partner[c.term]
+        if c.term in used or j in used or j == c.term or j not in by_term:
+            continue
+        mine.append(c)
+        theirs.append(by_term[j])
+        used |= {c.term, j}
+    return mine, theirs
+
+
+def _fresh_labels(spaces: Sequence[str]) -> tuple[Index, ...]:
+    counts: dict[str, int] = {}
+    out = []
+    for s in spaces:
+        counts[s] = counts.get(s, 0) + 1
+        out.append(Index(s, counts[s]))
+    return tuple(out)
+
+
+def _renaming(factors: Sequence[Tensor], interface: Sequence[Index],
+              iface: Sequence[Index]) -> dict[Index, Index]:
+    """Interface labels → ``iface``; every other label to a number no ``iface`` uses."""
+    rename = dict(zip(interface, iface))
+    top = {s: max((ix.number or 0) for ix in iface if ix.space == s) for s in
+           {ix.space for ix in iface}}
+    for ix in sorted({x for t in factors for x in t.slots}):
+        if ix not in rename:
+            top[ix.space] = top.get(ix.space, 0) + 1
+            rename[ix] = Index(ix.space, top[ix.space])
+    return rename
+
+
+def _space_permutations(spaces: tuple[str, ...]):
+    """Permutations of positions that map every position to one of the same space
+    (identity first)."""
+    by_space: dict[str, list[int]] = {}
+    for k, s in enumerate(spaces):
+        by_space.setdefault(s, []).append(k)
+    names = sorted(by_space)
+    for choice in itertools.product(*(itertools.permutations(by_space[s]) for s in names)):
+        sigma = list(range(len(spaces)))
+        for s, perm in zip(names, choice):
+            for src, dst in zip(by_space[s], perm):
+                sigma[src] = dst
+        yield tuple(sigma)

@@ -1,0 +1,312 @@
+"""Equations that read other equations' results, evaluated stage by stage.
+
+:func:`~sequant_eval.expr.factor.factor_common` writes closed-shell CCSD as intermediates
+(``W1 = f + L·t1``, ...) and residuals that read them by name. One fused program cannot
+read a value it has not finished, so the equations are cut into stages: an equation is in
+the stage after the last one it reads. Each stage is one :class:`~sequant_eval.Evaluator`
+(one fused forest, planned and batched on its own); the results a later stage reads are
+held between stages and handed to it as inputs, and dropped after their last reader.
+
+The memory figure is the whole evaluation's: at every stage, what the stage's program
+holds (its own predicted or metered peak) plus what is held for later stages. A budget
+bounds that sum: each stage is planned under the budget less the bytes held across it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from math import prod
+
+from .api import Evaluator, Report, _as_equations
+from .errors import ExpressionError, InfeasibleBudget
+from .expr import Equation
+from .expr.index import mode_space
+from .forest.build import mode_extent
+from .plan import BatchPolicy
+from .plan.policy import BudgetShare, parse_budget
+from .report.memory import LiveForm, MemoryReport
+from .runtime import Meter
+from .units import format_bytes
+
+__all__ = ["StagedEvaluator", "StagedReport", "equation_stages"]
+
+
+def equation_stages(equations: Sequence[Equation]) -> tuple[tuple[Equation, ...], ...]:
+    """The equations in stages: each after every equation whose result it reads (by
+    tensor name), in the given order within a stage. A cycle is refused."""
+    by_name = {eq.name: eq for eq in equations}
+    reads = {eq.name: sorted({t.name for p in eq.terms for t in p.factors} & by_name.keys())
+             for eq in equations}
+    level: dict[str, int] = {}
+
+    def depth(name: str, path: tuple[str, ...]) -> int:
+        if name in path:
+            cycle = " -> ".join(path[path.index(name):] + (name,))
+            raise ExpressionError(f"equations read each other's results in a cycle ({cycle}); "
+                                  f"an equation may read only results that do not read it")
+        if name not in level:
+            level[name] = 1 + max((depth(r, path + (name,)) for r in reads[name]), default=-1)
+        return level[name]
+
+    for eq in equations:
+        depth(eq.name, ())
+    count = 1 + max(level.values(), default=-1)
+    return tuple(tuple(eq for eq in equations if level[eq.name] == s) for s in range(count))
+
+
+@dataclass(frozen=True)
+class StagedReport:
+    """The dry run of every stage, and the whole evaluation's figures."""
+
+    stages: tuple[Report, ...]
+    held_bytes: tuple[int, ...]        # per stage: results held across it for later stages
+    names: tuple[tuple[str, ...], ...]  # per stage: the equations it evaluates
+    held: tuple[tuple[tuple[str, int], ...], ...]  # per stage: (result, bytes) held across it
+    budget_bytes: float | None
+
+    @property
+    def peak_bytes(self) -> int:
+        """Largest over the stages of the stage's peak plus the bytes held across it."""
+        return max(r.peak_bytes + h for r, h in zip(self.stages, self.held_bytes))
+
+    @property
+    def binding_stage(self) -> int:
+        """The stage where :attr:`peak_bytes` is reached (the first, on a tie)."""
+        totals = [r.peak_bytes + h for r, h in zip(self.stages, self.held_bytes)]
+        return totals.index(max(totals))
+
+    @property
+    def flops(self) -> int:
+        """Flops of all stages."""
+        return sum(r.flops for r in self.stages)
+
+    @property
+    def unbatched_flops(self) -> int:
+        """Flops of all stages evaluated unbatched."""
+        return sum(r.unbatched_flops for r in self.stages)
+
+    @property
+    def recompute_overhead(self) -> float:
+        """Flops relative to the unbatched evaluation (1.0 = no recompute)."""
+        return self.flops / self.unbatched_flops if self.unbatched_flops else 1.0
+
+    @property
+    def loops(self) -> tuple:
+        """Every stage's batch loops, stage by stage."""
+        return tuple(lp for r in self.stages for lp in r.loops)
+
+    @property
+    def forest(self):
+        """The forest of the last stage (the equations asked for)."""
+        return self.stages[-1].forest
+
+    @property
+    def binary_contractions(self) -> int:
+        """Binary contractions of all stages' terms, before interning."""
+        return sum(r.forest.binary_contractions for r in self.stages)
+
+    @property
+    def distinct_contractions(self) -> int:
+        """Distinct contraction values of all stages."""
+        return sum(r.forest.distinct_contractions for r in self.stages)
+
+    def memory(self, title: str = "") -> MemoryReport:
+        """One peak-memory report for the whole evaluation: the binding stage's report with
+        the results held across it listed beside its live forms, flops and loops of all
+        stages, and the live bytes of every stage (plus what it holds) in stage order."""
+        s = self.binding_stage
+        parts = [r.memory() for r in self.stages]
+        own = parts[s]
+        held = tuple(LiveForm(-1, -1, f"held {name} (stage {s + 1} input)", "", size)
+                     for name, size in self.held[s])
+        largest = sorted((f for p in parts for f in p.largest), key=lambda f: -f.bytes)[:10]
+        live = tuple(b + h for p, h in zip(parts, self.held_bytes) for b in p.live_bytes)
+        offset = sum(len(p.live_bytes) for p in parts[:s])
+        return MemoryReport(
+            title, self.budget_bytes, self.peak_bytes, offset + own.binding_point,
+            f"stage {s + 1} of {len(parts)} ({', '.join(self.names[s])}): "
+            f"{own.binding_step}", tuple(sorted(own.live_at_binding + held,
+                                                key=lambda f: -f.bytes)),
+            self.flops, self.unbatched_flops, tuple(lp for p in parts for lp in p.loops),
+            tuple(largest), live)
+
+    def dump(self) -> str:
+        """Stable text: the whole figures, then each stage's own dump."""
+        lines = [f"staged: {len(self.stages)} stages, peak {self.peak_bytes} B at stage "
+                 f"{self.binding_stage + 1}, flops {self.flops}"]
+        for k, (r, h) in enumerate(zip(self.stages, self.held_bytes)):
+            lines.append(f"stage {k + 1} ({', '.join(self.names[k])}), {h} B held across:")
+            lines.append(r.dump().rstrip("\n"))
+        return "\n".join(lines) + "\n"
+
+
+class StagedEvaluator:
+    """Equations that read each other's results, compiled stage by stage; evaluate many
+    times. ``evaluate`` returns the results no other equation reads (the ones asked for).
+
+    Parameters are those of :class:`~sequant_eval.Evaluator`; ``budget`` (bytes, text, or a
+    share of the whole evaluation's unbatched peak) bounds every stage's peak plus what is
+    held across it. With ``persist=True`` the intermediates are volatile like the tensors
+    named in ``volatile`` (they are remade every evaluation)."""
+
+    def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
+                 budget=None, policy: BatchPolicy | None = None, persist: bool = False,
+                 volatile: Sequence[str] | None = None) -> None:
+        self.equations = _as_equations(eqs)
+        self.extents = dict(extents)
+        self.stage_equations = equation_stages(self.equations)
+        names = {eq.name for eq in self.equations}
+        read = {t.name for eq in self.equations for p in eq.terms for t in p.factors}
+        self.outputs = tuple(eq.name for eq in self.equations if eq.name not in read)
+        self.intermediates = tuple(eq.name for eq in self.equations if eq.name in read)
+        last: dict[str, int] = {}
+        for s, stage in enumerate(self.stage_equations):
+            for eq in stage:
+                for p in eq.terms:
+                    for t in p.factors:
+                        if t.name in names:
+                            last[t.name] = s
+        self._last_reader = last
+        base = policy.volatile if policy is not None and policy.volatile else (volatile or ())
+        self._volatile = tuple(base) + self.intermediates if (persist or base) else None
+        self._persist = persist
+        self._policy = policy
+        self._itemsize = (policy or BatchPolicy()).itemsize
+        parsed = parse_budget(budget) if budget is not None else None
+        if policy is not None and parsed is None and policy.finite:
+            parsed = policy.budget_bytes
+        if isinstance(parsed, BudgetShare):
+            parsed = parsed.of(self._unbatched_peak())
+        self.budget_bytes = None if parsed is None else float(parsed)
+        self._evaluators: list[Evaluator] | None = None
+
+    # ----------------------------------------------------------------- memory
+    def result_bytes(self, name: str) -> int:
+        """Bytes of equation ``name``'s result at the policy's element size."""
+        eq = next(e for e in self.equations if e.name == name)
+        return self._itemsize * prod(mode_extent(mode_space(ix), self.extents)
+                                     for ix in eq.indices)
+
+    def held_across(self, stage: int) -> tuple[tuple[str, int], ...]:
+        """Results made before ``stage`` that are still needed then or later: the
+        intermediates it or a later stage reads, and the outputs made so far."""
+        out = []
+        for s in range(stage):
+            for eq in self.stage_equations[s]:
+                if eq.name in self.outputs or self._last_reader.get(eq.name, -1) >= stage:
+                    out.append((eq.name, self.result_bytes(eq.name)))
+        return tuple(out)
+
+    def _unbatched_peak(self) -> int:
+        totals = []
+        for s, stage in enumerate(self.stage_equations):
+            peak = Evaluator(stage, self.extents).analyze().peak_bytes
+            totals.append(peak + sum(b for _, b in self.held_across(s)))
+        return max(totals)
+
+    @property
+    def evaluators(self) -> list[Evaluator]:
+        """One Evaluator per stage, each planned under the budget less what is held across
+        it (InfeasibleBudget, naming the stage, before any array is touched)."""
+        if self._evaluators is None:
+            evs = []
+            for s, stage in enumerate(self.stage_equations):
+                held = sum(b for _, b in self.held_across(s))
+                budget = None
+                if self.budget_bytes is not None:
+                    budget = self.budget_bytes - held
+                    if budget <= 0:
+                        raise self._infeasible(s, held)
+                policy = self._policy
+                if policy is not None and budget is not None:
+                    policy = replace(policy, budget=budget)
+                ev = Evaluator(stage, self.extents, None if policy is not None else budget,
+                               policy, persist=self._persist, volatile=self._volatile)
+                try:
+                    ev.batched                      # plan now: refuse before any work
+                except InfeasibleBudget as err:
+                    raise self._infeasible(s, held, err) from err
+                evs.append(ev)
+            self._evaluators = evs
+        return self._evaluators
+
+    def _infeasible(self, stage: int, held: int, err: InfeasibleBudget | None = None):
+        names = ", ".join(eq.name for eq in self.stage_equations[stage])
+        least = (lambda: err.minimum + held) if err is not None else (lambda: self.min_budget())
+        return InfeasibleBudget(
+            f"budget {format_bytes(self.budget_bytes)} for the staged evaluation: stage "
+            f"{stage + 1} of {len(self.stage_equations)} ({names}) gets "
+            f"{format_bytes(max(self.budget_bytes - held, 0))} once the "
+            f"{format_bytes(held)} of results held across it for later stages are charged; "
+            f"raise the budget (InfeasibleBudget.minimum is the smallest that works), or "
+            f"evaluate the equations without intermediates", self.budget_bytes, least)
+
+    def min_budget(self) -> int:
+        """The smallest budget (bytes) under which every stage fits beside what it holds."""
+        from .api import min_budget
+
+        policy = self._policy or BatchPolicy.everything(None, self.extents)
+        return max(min_budget(stage, self.extents, replace(policy, budget=None))
+                   + sum(b for _, b in self.held_across(s))
+                   for s, stage in enumerate(self.stage_equations))
+
+    # ----------------------------------------------------------------- running
+    def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
+                 return_meter: bool = False):
+        """``{output: array}``, the stages run in order; with ``return_meter`` also the
+        whole evaluation's meter (peak: a stage's metered peak plus what was held across
+        it; flops: all stages')."""
+        for eq in self.equations:
+            if eq.name in tensors:
+                raise ExpressionError(
+                    f"tensor {eq.name!r} is given as an input and is also the result of an "
+                    f"equation; rename the equation or drop the input")
+        evaluators = self.evaluators
+        given = dict(tensors)
+        results: dict[str, object] = {}
+        meters = []
+        for s, (ev, stage) in enumerate(zip(evaluators, self.stage_equations)):
+            out, meter = ev.evaluate(given, backend, return_meter=True)
+            held = sum(self._nbytes(results[n]) for n, _ in self.held_across(s))
+            meters.append((meter, held))
+            for eq in stage:
+                results[eq.name] = out[eq.name]
+                if eq.name in self._last_reader:
+                    given[eq.name] = {tuple(mode_space(ix) for ix in eq.indices): out[eq.name]}
+            for name in [n for n in given if n in self._last_reader
+                         and self._last_reader[n] <= s]:
+                del given[name]
+                if name not in self.outputs:
+                    del results[name]
+        final = {name: results[name] for name in self.outputs}
+        if not return_meter:
+            return final
+        return final, _combined(meters)
+
+    @staticmethod
+    def _nbytes(array) -> int:
+        return int(getattr(array, "nbytes", 0))
+
+    def analyze(self) -> StagedReport:
+        """The dry run of every stage and the whole evaluation's peak."""
+        evs = self.evaluators
+        return StagedReport(tuple(ev.analyze() for ev in evs),
+                            tuple(sum(b for _, b in self.held_across(s))
+                                  for s in range(len(evs))),
+                            tuple(tuple(eq.name for eq in st) for st in self.stage_equations),
+                            tuple(self.held_across(s) for s in range(len(evs))),
+                            self.budget_bytes)
+
+    @property
+    def policy(self) -> BatchPolicy | None:
+        """The policy of the last stage (its budget is the whole budget less what is held)."""
+        return self.evaluators[-1].policy
+
+
+def _combined(meters: list[tuple[Meter, int]]) -> Meter:
+    """One meter for the stages: the largest of (stage peak + held), all flops."""
+    totals = [m.peak_bytes + h for m, h in meters]
+    s = totals.index(max(totals))
+    m = meters[s][0]
+    return replace(m, peak_bytes=totals[s], flops=sum(x.flops for x, _ in meters),
+                   builds={}, device_peaks={})
