@@ -199,7 +199,10 @@ class Evaluator:
         program = self.batched
         if self.persist:
             self._check_kept(program, tensors)
-        results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
+        try:
+            results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
+        finally:
+            source.release()          # the inputs are not held past the evaluation
         self.last_meter = meter
         return (results, meter) if return_meter else results
 

@@ -225,14 +225,14 @@ class StagedEvaluator:
                 try:
                     ev.batched                      # plan now: refuse before any work
                 except InfeasibleBudget as err:
-                    raise self._infeasible(s, held, err) from err
+                    raise self._infeasible(s, held) from err
                 evs.append(ev)
             self._evaluators = evs
         return self._evaluators
 
-    def _infeasible(self, stage: int, held: int, err: InfeasibleBudget | None = None):
+    def _infeasible(self, stage: int, held: int):
         names = ", ".join(eq.name for eq in self.stage_equations[stage])
-        least = (lambda: err.minimum + held) if err is not None else (lambda: self.min_budget())
+        least = self.min_budget                     # every stage's need, searched when read
         return InfeasibleBudget(
             f"budget {format_bytes(self.budget_bytes)} for the staged evaluation: stage "
             f"{stage + 1} of {len(self.stage_equations)} ({names}) gets "

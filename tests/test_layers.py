@@ -3,9 +3,9 @@ function-level included): no module imports a higher stage, and no two modules i
 each other, directly or round a circle.
 
 The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``runtime`` <
-``report`` < ``api`` (with the package's ``__init__``) < ``chem`` < ``cli``. Bottom helpers
-(``errors``, ``units``, ``checkout``) may be imported from anywhere and import only each
-other.
+``report`` < ``api`` (with the package's ``__init__``) < ``staged`` < ``chem`` < ``cli``.
+Bottom helpers (``errors``, ``units``, ``checkout``) may be imported from anywhere and
+import only each other.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import sequant_eval
 
 PACKAGE = Path(sequant_eval.__file__).resolve().parent
-ORDER = ["expr", "forest", "plan", "schedule", "runtime", "report", "api", "chem", "cli"]
+ORDER = ["expr", "forest", "plan", "schedule", "runtime", "report", "api", "staged", "chem",
+         "cli"]
 BOTTOM = {"errors", "units", "checkout"}
 
 # Circles accepted for now (none): an entry here must name a circle that still exists (the

@@ -170,7 +170,7 @@ class _State:
         return best
 
     def spellings(self, t: Tensor):
-        if t.name not in self.symmetric or t.aux:
+        if t.name not in self.symmetric or t.aux or len(t.bra) != len(t.ket):
             return [(t.name, t.bra, t.ket)]
         return _symmetric_spellings((t.name, t.bra, t.ket), t.name in self.real,
                                     t.name in self.hermitian)

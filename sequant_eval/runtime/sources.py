@@ -174,6 +174,11 @@ class TensorSource:
                 f"{what} {spaces} of tensor {name!r}{request} must have shape {want}, got "
                 f"{shape} (first mismatch at slot {bad})")
 
+    def release(self) -> None:
+        """Drop the readers (each holds a closure over this source: a reference cycle that
+        would keep the given arrays alive until the garbage collector runs)."""
+        self._readers.clear()
+
     def reader(self, vid: int) -> LeafReader:
         """The reader of leaf value ``vid`` (made once per source)."""
         if vid in self._readers:

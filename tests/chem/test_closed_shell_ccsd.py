@@ -19,7 +19,8 @@ from pyscf.cc import rccsd  # noqa: E402
 import sequant_eval as se  # noqa: E402
 import sequant_eval.chem as sc  # noqa: E402
 from sequant_eval.chem.equations import closed_shell_equations  # noqa: E402
-from sequant_eval.errors import SequantEvalError, UnsupportedFeature  # noqa: E402
+from sequant_eval.errors import (InfeasibleBudget, SequantEvalError,  # noqa: E402
+                                 UnsupportedFeature)
 
 WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 AMMONIA = "N 0 0 0.1173; H 0 0.9377 -0.2737; H 0.8121 -0.4689 -0.2737; H -0.8121 -0.4689 -0.2737"
@@ -127,9 +128,36 @@ def test_batched_equals_unbatched(water_dz):
 def test_batched_run_converges_to_the_unbatched_energy(water_dz):
     free = sc.CCSD(water_dz, frozen=1, **TIGHT).run()
     half = sc.CCSD(water_dz, frozen=1, budget="50%", **TIGHT).run()
+    assert free.staged and half.staged            # with intermediates, both
     assert abs(half.e_corr - free.e_corr) < 1e-10
     assert half.meter.peak_bytes == half.report.peak_bytes <= 0.5 * free.report.peak_bytes
     assert "budget" in half.summary() and "-> equal" in half.summary()
+
+
+def test_intermediates_give_the_plain_residual(water_631g):
+    """Oracle: the plain (unfactored) equations in one program, same amplitudes."""
+    staged = sc.CCSD(water_631g, frozen=1)
+    plain = sc.CCSD(water_631g, frozen=1, intermediates=False)
+    assert staged.staged and not plain.staged
+    t1, t2 = _random_amplitudes(staged.nocc, staged.nvir, seed=3)
+    (e, r1, r2), (e0, p1, p2) = staged.residual(t1, t2), plain.residual(t1, t2)
+    assert abs(e - e0) <= 1e-12 * abs(e0)
+    assert np.abs(r1 - p1).max() <= 1e-12 * np.abs(p1).max()
+    assert np.abs(r2 - p2).max() <= 1e-12 * np.abs(p2).max()
+    assert staged.evaluator().analyze().flops < 0.8 * plain.evaluator().analyze().flops
+
+
+def test_a_budget_too_small_for_the_intermediates(water_dz):
+    """A quarter of the peak cannot hold the intermediates between stages: the default
+    evaluates the plain equations (same residual), ``intermediates=True`` is refused."""
+    quarter = sc.CCSD(water_dz, frozen=1, budget="25%")
+    t1, t2 = _random_amplitudes(quarter.nocc, quarter.nvir, seed=4)
+    e, r1, r2 = quarter.residual(t1, t2)
+    assert not quarter.staged
+    e0, _, p2 = sc.CCSD(water_dz, frozen=1).residual(t1, t2)
+    assert abs(e - e0) <= 1e-12 * abs(e0) and np.abs(r2 - p2).max() <= 1e-12 * np.abs(p2).max()
+    with pytest.raises(InfeasibleBudget, match="held across it"):
+        sc.CCSD(water_dz, frozen=1, budget="25%", intermediates=True).evaluator()
 
 
 def test_spin_orbital_path_gives_the_same_energy():
