@@ -2,6 +2,7 @@
 """One closed-shell CCSD residual at fixed amplitudes: ours beside PySCF and ebcc.
 
     python benchmarks/closed_shell.py [--systems h2o,dimer,trimer] [--rounds 7] [--json F]
+                                      [--converged ROUNDS]
 
 Codes (each in its own worker process, so each peak RSS is its own):
 
@@ -19,6 +20,11 @@ Each code's residual R = (t_new - t) * D is checked against pyscf_ccsd's.  Flops
 from the evaluator's meter; PySCF RCCSD / ebcc from their einsum calls costed by
 opt_einsum (2 flops per multiply-add); pyscf_ccsd works through C kernels: n/a.
 OPENBLAS_CORETYPE is recorded as found, never set.
+
+``--converged N`` also times N interleaved whole runs per system, from the converged SCF
+to converged CCSD (integral transformation included): ``sequant_eval.chem.CCSD(mf).run()``
+against ``pyscf.cc.CCSD(mf).kernel()``, both at PySCF's default thresholds (ours tests the
+residual norm where PySCF tests the amplitude change).
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ SYSTEMS = {   # Angstrom; the same structures as ../shared/bench (S22-2 dimer, c
               "O -0.822724 -1.425 0; H 0.00866 -0.945 0; H -0.961951 -1.664582 -0.919139",
 }
 CODES = ("ours", "pyscf_ccsd", "pyscf_rccsd", "ebcc_rccsd")
+RUN_CODES = ["ours", "pyscf_ccsd"]
 
 
 def _vm(key: str) -> float:
@@ -199,6 +206,67 @@ def _worker(code: str, system: str, wd: str, conn) -> None:
         conn.send({"error": f"{type(err).__name__}: {err}"})
 
 
+def _run_worker(code: str, system: str, wd: str, conn) -> None:
+    """Whole converged runs, one per "go": (seconds, iterations, E_corr)."""
+    try:
+        mf = _mf(system, Path(wd))
+        while conn.recv() == "go":
+            t = time.perf_counter()
+            if code == "ours":
+                import sequant_eval.chem as sc
+
+                mycc = sc.CCSD(mf).run()
+                its = mycc.iterations
+            else:
+                from pyscf import cc
+
+                mycc = cc.CCSD(mf)
+                mycc.verbose = 0
+                mycc.kernel()
+                its = mycc.cycles
+            conn.send((time.perf_counter() - t, int(its), float(mycc.e_corr),
+                       bool(mycc.converged)))
+        conn.send({"rss_peak_mb": _vm("VmHWM:")})
+    except Exception as err:
+        conn.send({"error": f"{type(err).__name__}: {err}"})
+
+
+def run_converged(system: str, rounds: int, wd: Path) -> dict:
+    """Interleaved whole runs of ours and PySCF cc.CCSD (the SCF file from run_system)."""
+    workers = {code: _spawn(_run_worker, code, system, str(wd)) for code in RUN_CODES}
+    samples: dict[str, list] = {code: [] for code in RUN_CODES}
+    for r in range(rounds):
+        for code in RUN_CODES[r % 2:] + RUN_CODES[:r % 2]:
+            workers[code][1].send("go")
+            msg = workers[code][1].recv()
+            if isinstance(msg, dict):
+                return {"error": f"{code}: {msg['error']}"}
+            samples[code].append(msg)
+    out = {}
+    for code, (p, c) in workers.items():
+        c.send("stop")
+        out[code] = dict(c.recv(), runs=samples[code])
+        p.join()
+    return out
+
+
+def _run_table(system: str, res: dict) -> list[str]:
+    if "error" in res:
+        return [f"**{system}** whole runs: {res['error']}"]
+    base = statistics.median(x[0] for x in res["pyscf_ccsd"]["runs"])
+    e0 = res["pyscf_ccsd"]["runs"][0][2]
+    lines = [f"**{system}** whole converged runs", "",
+             "| code | median s | min-max s | iterations | E_corr | ΔE vs pyscf_ccsd | "
+             "÷ pyscf_ccsd | peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+    for code in RUN_CODES:
+        runs = res[code]["runs"]
+        t = [x[0] for x in runs]
+        lines.append(f"| {code} | {statistics.median(t):.2f} | {min(t):.2f}-{max(t):.2f} | "
+                     f"{runs[0][1]} | {runs[0][2]:.10f} | {runs[0][2] - e0:.1e} | "
+                     f"{statistics.median(t) / base:.2f} | {res[code]['rss_peak_mb']:.0f} |")
+    return lines
+
+
 def _spawn(target, *args):
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(target=target, args=(*args, child), daemon=True)
@@ -275,6 +343,8 @@ def main(argv=None) -> int:
     ap.add_argument("--codes", default=",".join(CODES))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--converged", type=int, default=0, metavar="ROUNDS",
+                    help="also time ROUNDS whole converged runs per system (default: none)")
     args = ap.parse_args(argv)
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
                                            "OMP_NUM_THREADS")}
@@ -287,6 +357,9 @@ def main(argv=None) -> int:
             print("\n".join(_table(system, info)) + "\n", flush=True)
             for code, err in info.get("errors", {}).items():
                 print(f"  {code}: {err}")
+            if args.converged:
+                info["converged"] = run_converged(system, args.converged, Path(wd))
+                print("\n".join(_run_table(system, info["converged"])) + "\n", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
