@@ -200,7 +200,8 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     mycc = CCSD(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
                 spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
                 conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line,
-                integrals_on_disk=args.integrals_on_disk)
+                integrals_on_disk=args.integrals_on_disk,
+                intermediates=False if args.no_intermediates else None)
     mycc.run()
     print(mycc.summary())
     growth = rss.growth()
@@ -358,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-iter", type=int, default=100)
     p.add_argument("--spin-orbital", action="store_true",
                    help="spin-orbital equations (the default for open shells)")
+    p.add_argument("--no-intermediates", action="store_true",
+                   help="closed shell: evaluate the plain equations in one program instead "
+                        "of with common-factor intermediates (more flops, less held memory)")
     p.add_argument("--backend", default="numpy", choices=["numpy"])
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "

@@ -12,6 +12,7 @@ import sequant_eval as se
 from sequant_eval.chem.equations import closed_shell_equations
 from sequant_eval.errors import ExpressionError, InfeasibleBudget
 from sequant_eval.expr.exchange import fold_exchange
+from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
 from sequant_eval.staged import StagedEvaluator, equation_stages
 
@@ -69,7 +70,7 @@ def _closed_shell_tensors(seed: int = 7):
 def ccsd():
     plain = fold_exchange(closed_shell_equations(), {"t2": "u2", "g": "L"})
     tensors = _closed_shell_tensors()
-    return plain, factor_common(plain, EXT, mirrored=("R2",)), tensors, se.evaluate(
+    return plain, factor_common(plain, EXT, **CLOSED_SHELL_SYMMETRIES), tensors, se.evaluate(
         plain, tensors, EXT)
 
 

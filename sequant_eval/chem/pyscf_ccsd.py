@@ -60,10 +60,16 @@ from .diis import HDF5DIIS
 from .solver import (CCResult, IterationRecord, denominators, mp2_guess,
                      orbital_denominators, solve_cc)
 
-__all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS"]
+__all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
 
 #: The closed-shell path folds ``2 X{p,q;r,s} - X{p,q;s,r}`` of these tensors.
 EXCHANGE_FOLDS = {"t2": "u2", "g": "L"}
+
+#: What ``factor_common`` may use on the folded closed-shell equations: every tensor has
+#: particle symmetry, ``f`` and ``g`` (real orbitals) the per-column bra/ket swap, ``L`` the
+#: whole swap, and ``R2`` equals its mirror image (``t2`` does).
+CLOSED_SHELL_SYMMETRIES = {"symmetric": ("f", "g", "L", "t1", "t2", "u2"),
+                           "real": ("f", "g"), "hermitian": ("L",), "mirrored": ("R2",)}
 
 
 def resolve_budget(equations, extents: dict[str, int], budget: Any) -> Any:
@@ -170,7 +176,7 @@ class CCSD:
         if intermediates is not False and not self.spin_orbital and not self.out_of_core:
             # R2 equals its mirror image (a_1,i_1 <-> a_2,i_2); the exchange fold hides it
             self.equations = factor_common(self._plain, self.integrals.extents,
-                                           mirrored=("R2",))
+                                           **CLOSED_SHELL_SYMMETRIES)
 
     def _integrals(self):
         if not self.spin_orbital:

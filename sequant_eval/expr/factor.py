@@ -51,8 +51,8 @@ class _Candidate:
 
 
 def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str, int], *,
-                  prefix: str = "W", real: Collection[str] = ("f", "g"),
-                  hermitian: Collection[str] = ("L",),
+                  prefix: str = "W", symmetric: Collection[str] = (),
+                  real: Collection[str] = (), hermitian: Collection[str] = (),
                   mirrored: Collection[str] = ()) -> tuple[Equation, ...]:
     """Equations with common factors pulled out into named intermediates.
 
@@ -65,10 +65,13 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
     prefix
         Intermediates are named ``<prefix>1``, ``<prefix>2``, ... (skipping any name a
         tensor or equation already has).
+    symmetric
+        Tensors with particle symmetry (bra and ket columns permuted together give the
+        same entry, ``t2{a,b;i,j} = t2{b,a;j,i}``); two such spellings of a factor are then
+        read as one. Other tensors are taken as written.
     real, hermitian
-        Tensors with the per-column (``real``) or whole (``hermitian``) bra/ket swap
-        symmetry, beside the particle symmetry every input tensor has; used to read two
-        spellings of one factor as the same.
+        Of those, the ones that also have the per-column (``real``: ``g`` of real
+        orbitals) or the whole (``hermitian``: ``L``) bra/ket swap symmetry.
     mirrored
         Equations known to equal their mirror image (result columns swapped), e.g.
         closed-shell ``R2`` after an exchange fold, whose terms no longer show it.
@@ -82,23 +85,26 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
         equations = (equations,)
     taken = {eq.name for eq in equations} | {
         t.name for eq in equations for p in eq.terms for t in p.factors}
-    state = _State(extents, prefix, taken, frozenset(real), frozenset(hermitian),
-                   frozenset(taken), frozenset(mirrored))
+    state = _State(extents, prefix, taken, frozenset(symmetric) | frozenset(real) |
+                   frozenset(hermitian), frozenset(real), frozenset(hermitian),
+                   frozenset(mirrored))
     rewritten = [state.factor(eq) for eq in equations]
     return tuple(state.ordered()) + tuple(rewritten)
 
 
 class _State:
-    def __init__(self, extents, prefix, taken, real, hermitian, symmetric, mirrored) -> None:
+    def __init__(self, extents, prefix, taken, symmetric, real, hermitian, mirrored) -> None:
         self.mirrored = mirrored
+        self.inputs = frozenset(taken)          # every tensor that is not an intermediate
         self.extents = extents
         self.prefix = prefix
         self.taken = set(taken)
         self.real, self.hermitian = real, hermitian
-        self.symmetric = symmetric             # tensors with particle symmetry (the inputs)
+        self.symmetric = symmetric             # tensors with particle symmetry
         self.defined: list[Equation] = []      # intermediates, creation order
         self.contents: dict[tuple, str] = {}   # canonical content → intermediate name
         self.counter = 0
+        self.costs: dict[tuple, int] = {}      # (factors, output) → flops, searched once
 
     # ----------------------------------------------------------------- costs
     def size(self, ix: Index) -> int:
@@ -108,6 +114,12 @@ class _State:
         """Flops (2 per multiply-add) of the best binary order of ``factors`` → ``output``."""
         if len(factors) < 2:
             return 0
+        key = (tuple(factors), tuple(output))
+        if key not in self.costs:
+            self.costs[key] = self._path_cost(factors, output)
+        return self.costs[key]
+
+    def _path_cost(self, factors: Sequence[Tensor], output: Sequence[Index]) -> int:
         labels = sorted({ix for t in factors for ix in t.slots})
         sym = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
         spec = (",".join("".join(sym[ix] for ix in t.slots) for t in factors) + "->"
@@ -131,7 +143,7 @@ class _State:
         seen = set()
         for pos, b in enumerate(p.factors):
             rest = p.factors[:pos] + p.factors[pos + 1:]
-            if any(t.name not in self.symmetric for t in rest):
+            if any(t.name not in self.inputs for t in rest):
                 continue                        # W is made of input tensors only
             best = self.key_of(b, externals)
             if best is None:
@@ -170,10 +182,15 @@ class _State:
         return best
 
     def spellings(self, t: Tensor):
-        if t.name not in self.symmetric or t.aux or len(t.bra) != len(t.ket):
-            return [(t.name, t.bra, t.ket)]
-        return _symmetric_spellings((t.name, t.bra, t.ket), t.name in self.real,
-                                    t.name in self.hermitian)
+        """Every spelling of ``t`` that denotes the same entry (just ``t`` unless it is
+        named symmetric)."""
+        return self.spell((t.name, t.bra, t.ket)) if not t.aux else [(t.name, t.bra, t.ket)]
+
+    def spell(self, f):
+        name, bra, ket = f
+        if name not in self.symmetric or len(bra) != len(ket):
+            return [f]
+        return _symmetric_spellings(f, name in self.real, name in self.hermitian)
 
     def factor(self, eq: Equation) -> Equation:
         """``eq`` with every profitable group merged; intermediates recorded.
@@ -183,6 +200,9 @@ class _State:
         merges together with its mirror group, each member's image in the other: the second
         ``W`` is the first read transposed, so the terms stay mirror pairs and the forest
         keeps sharing each pair's contraction."""
+        if any(p.operators or any(t.aux or any(ix.protos for ix in t.slots) for t in p.factors)
+               for p in eq.terms):
+            return eq       # operators, aux and composite indices: left as they are
         externals = eq.indices
         limit = prod(self.size(ix) for ix in externals) if externals else 1
         mirror = self.mirror_of(eq)
@@ -216,7 +236,23 @@ class _State:
                 break
             _, members, twin = best
             terms, partner = self.merge(terms, partner, members, twin)
-        return Equation(eq.name, tuple(terms), eq.result, eq.bare)
+        return Equation(eq.name, tuple(self.combined(terms, externals)), eq.result, eq.bare)
+
+    def combined(self, terms: list[Product], externals: tuple[Index, ...]) -> list[Product]:
+        """Equal terms as one (the halves of a self-image term that joined no group), in
+        first-appearance order and spelling; terms that cancel are dropped."""
+        order: list[tuple] = []
+        first: dict[tuple, Product] = {}
+        total: dict[tuple, Fraction] = {}
+        for p in terms:
+            factors = [(t.name, t.bra, t.ket) for t in p.factors]
+            key = _canonical_factors(factors, externals, self.real, self.hermitian, self.spell)
+            if key not in first:
+                order.append(key)
+                first[key] = p
+                total[key] = Fraction(0)
+            total[key] += p.coefficient
+        return [Product(total[k], first[k].factors) for k in order if total[k] != 0]
 
     def gain(self, terms, members, externals, made: bool = False) -> int:
         """Flops saved by merging ``members`` (``made``: their ``W`` exists already)."""
@@ -232,7 +268,7 @@ class _State:
         if res is None or len(res.bra) != 2 or len(res.ket) != 2 or res.aux or any(
                 p.operators for p in eq.terms):
             return None
-        if any(t.name not in self.symmetric for p in eq.terms for t in p.factors):
+        if any(t.name not in self.inputs for p in eq.terms for t in p.factors):
             return None
         swap = {res.bra[0]: res.bra[1], res.bra[1]: res.bra[0],
                 res.ket[0]: res.ket[1], res.ket[1]: res.ket[0]}
@@ -291,6 +327,7 @@ class _State:
         made = [self.merged(terms, members)]
         if twin:
             made.append(self.merged(terms, twin))
+        made = [p for p in made if p is not None]     # a W whose terms cancel: all gone
         dropped = {c.term for c in members} | {c.term for c in (twin or ())}
         kept = [k for k in range(len(terms)) if k not in dropped]
         out = [terms[k] for k in kept] + made
@@ -299,13 +336,16 @@ class _State:
         new = {old: n for n, old in enumerate(kept)}
         pairs = [new.get(partner[k], -1) for k in kept]
         n = len(kept)
-        pairs += [n + 1, n] if twin else [n]
+        pairs += {0: [], 1: [n], 2: [n + 1, n]}[len(made)]
+        if twin and len(made) == 1:
+            return out, None
         if any(x < 0 for x in pairs):           # a partner merged away alone: stop pairing
             return out, None
         return out, pairs
 
-    def merged(self, terms: list[Product], members: list[_Candidate]) -> Product:
-        """``c · W{...} · B`` for one group (``W`` defined here or found)."""
+    def merged(self, terms: list[Product], members: list[_Candidate]) -> Product | None:
+        """``c · W{...} · B`` for one group (``W`` defined here or found); None when the
+        members' cofactors cancel."""
         lead = members[0]
         scale = terms[lead.term].coefficient
         iface = _fresh_labels(tuple(ix.space for ix in lead.interface))
@@ -314,10 +354,12 @@ class _State:
             rename = _renaming(c.rest, c.interface, iface)
             factors = [(t.name, tuple(rename[x] for x in t.bra), tuple(rename[x] for x in t.ket))
                        for t in c.rest]
-            k = _canonical_factors(factors, iface, self.real, self.hermitian)
+            k = _canonical_factors(factors, iface, self.real, self.hermitian, self.spell)
             content[k] = content.get(k, Fraction(0)) + terms[c.term].coefficient / scale
         products = [Product(c, tuple(Tensor(n, b, k) for n, b, k in key))
                     for key, c in content.items() if c != 0]
+        if not products:
+            return None
         name, order = self.intern(products, iface)
         w = Tensor(name, tuple(lead.interface[order[m]] for m in range(len(order))))
         return Product(scale, (w, lead.b))
@@ -346,7 +388,8 @@ class _State:
         for p in content:
             factors = [(t.name, tuple(relabel.get(x, x) for x in t.bra),
                         tuple(relabel.get(x, x) for x in t.ket)) for t in p.factors]
-            key = _canonical_factors(factors, tuple(iface), self.real, self.hermitian)
+            key = _canonical_factors(factors, tuple(iface), self.real, self.hermitian,
+                                     self.spell)
             terms[key] = terms.get(key, Fraction(0)) + p.coefficient
         return tuple(sorted((k, c) for k, c in terms.items() if c != 0))
 

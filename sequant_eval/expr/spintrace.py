@@ -220,9 +220,11 @@ def _symmetric_spellings(f: _Factor, real: bool, hermitian: bool = False) -> lis
 
 
 def _canonical_factors(factors: Sequence[_Factor], externals: tuple[Index, ...],
-                       real: frozenset[str], hermitian: frozenset[str] = frozenset()
-                       ) -> tuple[_Factor, ...]:
-    """Smallest spelling over renamings of summed indices and factor symmetries."""
+                       real: frozenset[str], hermitian: frozenset[str] = frozenset(),
+                       spell=None) -> tuple[_Factor, ...]:
+    """Smallest spelling over renamings of summed indices and factor symmetries
+    (``spell(factor)``: its equal spellings; default: particle symmetry plus ``real`` /
+    ``hermitian`` swaps)."""
     counts: dict[Index, int] = {}
     for _, bra, ket in factors:
         for x in bra + ket:
@@ -244,7 +246,8 @@ def _canonical_factors(factors: Sequence[_Factor], externals: tuple[Index, ...],
         spelled = []
         for name, bra, ket in factors:
             f = (name, tuple(rename.get(x, x) for x in bra), tuple(rename.get(x, x) for x in ket))
-            spelled.append(min(_symmetric_spellings(f, name in real, name in hermitian),
+            spelled.append(min(spell(f) if spell is not None else
+                               _symmetric_spellings(f, name in real, name in hermitian),
                                key=_factor_order))
         key = tuple(sorted(spelled, key=_factor_order))
         if best is None or [_factor_order(f) for f in key] < [_factor_order(f) for f in best]:

@@ -38,6 +38,16 @@ def test_atom_frozen_json(tmp_path, capsys):
     m = data["memory"]
     assert m["predicted_peak_bytes"] == m["measured_peak_bytes"] > 0
     assert "-> equal" in text and "1 frozen" in text
+    assert data["intermediates"] and "staged: 3 stages" in text
+
+
+def test_no_intermediates_gives_the_same_energy(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    assert main(["ccsd", "--atom", WATER, "--basis", "sto-3g", "--no-intermediates",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert not data["intermediates"] and "forest:" in capsys.readouterr().out
+    assert abs(data["e_corr"] - _pyscf_ecorr(WATER, "sto-3g")) < 1e-8
 
 
 def test_xyz_file_and_open_shell(tmp_path, capsys):

@@ -11,6 +11,7 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import closed_shell_equations
 from sequant_eval.expr.exchange import fold_exchange
+from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
 from sequant_eval.forest.values import ValueKind
 from sequant_eval.staged import StagedEvaluator
@@ -73,7 +74,7 @@ def test_factored_ccsd_equals_the_plain_equations(extents):
     equations give the plain equations' numbers (random tensors with the symmetries of
     real orbitals and a mirror-symmetric t2)."""
     plain = fold_exchange(closed_shell_equations(), FOLDS)
-    factored = factor_common(plain, extents, mirrored=("R2",))
+    factored = factor_common(plain, extents, **CLOSED_SHELL_SYMMETRIES)
     assert len(factored) > len(plain)
     ext = {"i": O, "a": V}
     tensors = _ccsd_inputs()
@@ -86,9 +87,9 @@ def test_term_order_does_not_change_the_numbers():
     plain = fold_exchange(closed_shell_equations(), FOLDS)
     flipped = tuple(type(e)(e.name, e.terms[::-1], e.result, e.bare) for e in plain)
     ext = {"i": 15, "a": 57}
-    a = factor_common(plain, ext, mirrored=("R2",))
-    b = factor_common(flipped, ext, mirrored=("R2",))
-    assert factor_common(plain, ext, mirrored=("R2",)) == a        # deterministic
+    a = factor_common(plain, ext, **CLOSED_SHELL_SYMMETRIES)
+    b = factor_common(flipped, ext, **CLOSED_SHELL_SYMMETRIES)
+    assert factor_common(plain, ext, **CLOSED_SHELL_SYMMETRIES) == a        # deterministic
     small = {"i": O, "a": V}
     tensors = _ccsd_inputs()
     _check_equal(StagedEvaluator(b, small).evaluate(tensors),
@@ -118,4 +119,16 @@ def test_ring_terms_merge_to_rccsd_count():
     ext = {"i": 15, "a": 57}
     plain = fold_exchange(closed_shell_equations(), FOLDS)
     assert _o3v3_contractions(plain, ext) == 15
-    assert _o3v3_contractions(factor_common(plain, ext, mirrored=("R2",)), ext) <= 8
+    assert _o3v3_contractions(factor_common(plain, ext, **CLOSED_SHELL_SYMMETRIES), ext) <= 8
+
+
+def test_cofactors_that_cancel_leave_nothing():
+    """g·t − g~·t with g~ = g by particle symmetry (its columns swapped): the group's W
+    would be zero; both terms go and nothing is made. Without the symmetry declared the
+    two spellings are different tensors and nothing cancels."""
+    eqs = se.parse("R{a_1,a_2;i_1,i_2} = g{a_1,i_3;i_1,a_3} * t{a_2,a_3;i_2,i_3}"
+                   " - g{i_3,a_1;a_3,i_1} * t{a_2,a_3;i_2,i_3} + g{a_1,a_2;i_1,i_2}")
+    out = factor_common(eqs, {"i": 4, "a": 2}, symmetric=("g", "t"))
+    assert se.to_text(out).strip() == "R{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2}"
+    kept = factor_common(eqs, {"i": 4, "a": 2})
+    assert len(kept) == 2 and len(kept[0].terms) == 2       # W = g − g~, taken as written
