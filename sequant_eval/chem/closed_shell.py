@@ -162,11 +162,56 @@ class ClosedShellIntegrals:
             out -= exch
         return out
 
-    def _chem_block(self, x: str, y: str, z: str, w: str) -> np.ndarray:
-        """``(XY|ZW)`` over spatial orbitals, transformed for this request only (the
-        physicist blocks built from it are what is cached: one copy of each)."""
+    def prefetch(self, blocks) -> None:
+        """Transform the ``(tensor, spaces)`` blocks of ``g`` and ``L`` in one go: one
+        four-index transform of all active orbitals (4-fold packed), each block cut from
+        it, the packed array dropped. Done only when that array is no bigger than the
+        largest block requested (it is then never the peak); otherwise nothing happens and
+        blocks are transformed one by one on first request."""
         from pyscf import ao2mo
 
+        want = sorted({tuple(sp) for name, sp in blocks if name in ("g", "L")})
+        chem = set()
+        for x, y, z, w in want:
+            chem.add((x, z, y, w))
+            chem.add((x, w, y, z))                       # L reads the exchange block too
+        todo = [c for c in sorted(chem) if ("g",) + (c[0], c[2], c[1], c[3]) not in self._g]
+        if not todo:
+            return
+        n = self.nocc + self.nvir
+        pairs = n * (n + 1) // 2
+        largest = max(np.prod([self.extents[s] for s in c]) for c in todo)
+        if pairs * pairs > largest:
+            return
+        coeff = np.hstack([self._coeff["i"], self._coeff["a"]])
+        packed = np.asarray(ao2mo.general(self._eri_source, (coeff,) * 4, compact=True))
+        index = np.zeros((n, n), dtype=np.intp)
+        rows, cols = np.tril_indices(n)
+        index[rows, cols] = index[cols, rows] = np.arange(pairs)
+        span = {s: np.arange(self._slices[s].start, self._slices[s].stop) for s in "ia"}
+        self._packed = (packed, index, span)
+        try:
+            for x, z, y, w in todo:
+                self.eri((x, y, z, w))
+        finally:
+            del self._packed
+
+    def _chem_block(self, x: str, y: str, z: str, w: str) -> np.ndarray:
+        """``(XY|ZW)`` over spatial orbitals, transformed for this request only (the
+        physicist blocks built from it are what is cached: one copy of each), or cut from
+        the packed transform while :meth:`prefetch` runs."""
+        from pyscf import ao2mo
+
+        if getattr(self, "_packed", None) is not None:
+            packed, index, span = self._packed
+            first = index[np.ix_(span[x], span[y])].ravel()
+            second = index[np.ix_(span[z], span[w])].ravel()
+            return packed[np.ix_(first, second)].reshape(
+                len(span[x]), len(span[y]), len(span[z]), len(span[w]))
+
+        n = {s: self._coeff[s].shape[1] for s in (x, y, z, w)}
+        if n[z] * n[w] < n[x] * n[y]:     # the first half-transform costs most: (ZW|XY)ᵀ
+            return np.ascontiguousarray(self._chem_block(z, w, x, y).transpose(2, 3, 0, 1))
         cs = [self._coeff[s] for s in (x, y, z, w)]
         block = np.asarray(ao2mo.general(self._eri_source, cs, compact=False))
         return block.reshape([c.shape[1] for c in cs])

@@ -335,6 +335,10 @@ class CCSD:
         ev, ints = self.evaluator(), self.integrals
         if self.spin_orbital:
             return residual_function(ints, ev, self.backend, meters)
+        if not self.out_of_core:          # every block from one four-index transform
+            from .on_disk import integral_blocks
+
+            ints.prefetch(integral_blocks(self.equations, ints.extents, ("g", "L")))
         base = ints.tensors()
 
         def residual(t):
