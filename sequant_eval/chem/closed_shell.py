@@ -170,12 +170,14 @@ class ClosedShellIntegrals:
         blocks are transformed one by one on first request."""
         from pyscf import ao2mo
 
-        want = sorted({tuple(sp) for name, sp in blocks if name in ("g", "L")})
         chem = set()
-        for x, y, z, w in want:
-            chem.add((x, z, y, w))
-            chem.add((x, w, y, z))                       # L reads the exchange block too
-        todo = [c for c in sorted(chem) if ("g",) + (c[0], c[2], c[1], c[3]) not in self._g]
+        for name, sp in blocks:
+            if name in ("g", "L"):
+                x, y, z, w = self._check(name, sp, 4)
+                chem.add((x, z, y, w))
+                if name == "L":
+                    chem.add((x, w, y, z))               # and <pq|sr>
+        todo = [c for c in sorted(chem) if (c[0], c[2], c[1], c[3]) not in self._g]
         if not todo:
             return
         n = self.nocc + self.nvir

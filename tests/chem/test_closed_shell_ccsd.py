@@ -205,7 +205,8 @@ def test_bad_frozen_is_refused(water_631g, frozen, message):
         sc.CCSD(water_631g, frozen=frozen)
 
 
-def test_prefetched_blocks_equal_blocks_transformed_one_by_one(water_dz, water_631g):
+def test_prefetched_blocks_equal_blocks_transformed_one_by_one(water_dz, water_631g,
+                                                              monkeypatch):
     """Oracle: ``ao2mo.general`` per block (the path without prefetch). The packed
     four-index transform cuts every block the equations read, frozen core included; where
     the packed array would be bigger than the largest block (6-31G: 78² pairs against 8⁴
@@ -223,6 +224,14 @@ def test_prefetched_blocks_equal_blocks_transformed_one_by_one(water_dz, water_6
     for _, sp in blocks[:-1]:
         assert np.abs(fetched.eri(sp) - ref[sp]).max() <= 1e-12
     assert np.abs(fetched.exchange(("a", "i", "i", "i")) - ref["L"]).max() <= 1e-12
+    from pyscf import ao2mo
+
+    def no_transform(*args, **kw):
+        raise AssertionError("a block the cache holds was transformed again")
+
+    monkeypatch.setattr(ao2mo, "general", no_transform)
+    fetched.prefetch(blocks)                             # every block cached: nothing to do
+    monkeypatch.undo()
     small = ClosedShellIntegrals.from_scf(water_631g, frozen=1)
     small.prefetch(blocks)
     assert not small._g
