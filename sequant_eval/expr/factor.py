@@ -18,6 +18,11 @@ result is never made (it would be held between stages). A ``W`` equal to an earl
 but for the order of its indices (a mirror term's group) is that one, read transposed, so
 the forest still shares the contraction.
 
+Symmetries are the caller's to declare (``symmetric``, ``real``, ``hermitian``: which
+spellings of a tensor are one entry; ``mirrored``: which equations equal their mirror
+image); nothing is assumed, so an undeclared symmetry only costs merges, while a wrongly
+declared one gives wrong equations.
+
 The result is the intermediate equations, each before its first reader, then the given
 equations rewritten; equations read earlier results by name (see :mod:`sequant_eval.staged`).
 """
@@ -32,7 +37,8 @@ from math import prod
 import opt_einsum
 
 from .index import Index, mode_space
-from .spintrace import SpinTraceError, _canonical_factors, _symmetric_spellings
+from ..errors import UnknownSpace
+from .spintrace import _canonical_factors, _symmetric_spellings
 from .terms import Equation, Product, Tensor, index_counts
 
 __all__ = ["factor_common"]
@@ -42,7 +48,7 @@ _OPTIMAL_UP_TO = 5
 
 @dataclass(frozen=True)
 class _Candidate:
-    """Term ``term`` read as ``coefficient · X · B`` with ``B = factors[position]``."""
+    """Term number ``term`` read as ``coefficient · X · B``."""
 
     term: int
     b: Tensor                       # B, in the spelling the key was taken from
@@ -83,6 +89,15 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
     """
     if isinstance(equations, Equation):
         equations = (equations,)
+    for eq in equations:
+        for p in eq.terms:
+            for t in p.factors:
+                for ix in t.slots:
+                    if mode_space(ix) not in extents:
+                        raise UnknownSpace(
+                            f"{eq.name}: index {ix} of {t.name} is in space "
+                            f"{mode_space(ix)!r}, which has no extent (known: "
+                            f"{', '.join(extents) or 'none'}); the merge decisions need one")
     taken = {eq.name for eq in equations} | {
         t.name for eq in equations for p in eq.terms for t in p.factors}
     state = _State(extents, prefix, taken, frozenset(symmetric) | frozenset(real) |

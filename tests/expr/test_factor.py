@@ -132,3 +132,9 @@ def test_cofactors_that_cancel_leave_nothing():
     assert se.to_text(out).strip() == "R{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2}"
     kept = factor_common(eqs, {"i": 4, "a": 2})
     assert len(kept) == 2 and len(kept[0].terms) == 2       # W = g − g~, taken as written
+
+
+def test_a_space_without_extent_is_a_typed_error():
+    eqs = se.parse("R{a_1;i_1} = X{a_1;m_1} * t{m_1;i_1}")
+    with pytest.raises(se.errors.UnknownSpace, match="m_1 of X .*'m'"):
+        factor_common(eqs, {"i": 2, "a": 3})
