@@ -15,7 +15,9 @@ Codes (each in its own worker process, so each peak RSS is its own):
 The fixed amplitudes are PySCF's after one Jacobi step from MP2 (T1 != 0), computed once by
 a prep process that also runs the SCF (conv_tol 1e-10) and measures the dgemm rate; every
 worker loads the same orbitals.  Rounds are interleaved (one call of every code per round,
-the order rotated each round) after one warm-up call; medians and min-max are reported.
+the order rotated each round, a 0.5 s pause before each call so that no code shares the
+CPUs with the previous one's spinning BLAS threads) after one warm-up call; medians and
+min-max are reported.
 Each code's residual R = (t_new - t) * D is checked against pyscf_ccsd's.  Flops: ours
 from the evaluator's meter; PySCF RCCSD / ebcc from their einsum calls costed by
 opt_einsum (2 flops per multiply-add); pyscf_ccsd works through C kernels: n/a.
@@ -49,6 +51,11 @@ SYSTEMS = {   # Angstrom; the same structures as ../shared/bench (S22-2 dimer, c
 }
 CODES = ("ours", "pyscf_ccsd", "pyscf_rccsd", "ebcc_rccsd")
 RUN_CODES = ["ours", "pyscf_ccsd"]
+#: Pause before each timed call. OpenBLAS threads spin for a while after a process's last
+#: call; without the pause the code that follows in the rotation (always the same one)
+#: shares the CPUs with them (measured: ours after ebcc 0.25-0.32 s, after RCCSD
+#: 0.21-0.24 s).
+SETTLE_S = 0.5
 
 
 def _vm(key: str) -> float:
@@ -237,6 +244,7 @@ def run_converged(system: str, rounds: int, wd: Path) -> dict:
     samples: dict[str, list] = {code: [] for code in RUN_CODES}
     for r in range(rounds):
         for code in RUN_CODES[r % 2:] + RUN_CODES[:r % 2]:
+            time.sleep(SETTLE_S)
             workers[code][1].send("go")
             msg = workers[code][1].recv()
             if isinstance(msg, dict):
@@ -295,6 +303,7 @@ def run_system(system: str, codes, rounds: int, wd: Path) -> dict:
     order = list(workers)
     for r in range(rounds):
         for code in order[r % len(order):] + order[:r % len(order)]:
+            time.sleep(SETTLE_S)          # the previous code's BLAS threads go idle first
             workers[code][1].send("go")
             samples[code].append(workers[code][1].recv())
     results = {}
