@@ -12,8 +12,10 @@ the same name and whose slots are read the same way (each slot either the same r
 index or summed against ``X``) form a group. ``W``'s indices are ``X``'s result indices (in
 result order) and then ``B``'s summed indices (in slot order). A group is merged when
 the flops of its terms, each contracted in its best order, exceed those of building
-``W`` plus the one contraction ``W·B``; the group with the largest saving goes first, and the
-search repeats on the new terms, then inside each ``W``. A ``W`` bigger than the equation's
+``W`` plus the one contraction ``W·B``. Which merges, in which order: a beam search over
+merge sequences (each kept plan extended by its best few merges, the cheapest few plans
+kept; a greedy "largest saving first" can hand a term to one group that another needed
+more), then the same greedily inside each ``W``. A ``W`` bigger than the equation's
 result is never made (it would be held between stages). A ``W`` equal to an earlier one
 but for the order of its indices (a mirror term's group) is that one, read transposed, so
 the forest still shares the contraction.
@@ -29,8 +31,9 @@ equations rewritten; equations read earlier results by name (see :mod:`sequant_e
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import prod
 
@@ -44,6 +47,18 @@ from .terms import Equation, Product, Tensor, index_counts
 __all__ = ["factor_common"]
 
 _OPTIMAL_UP_TO = 5
+_HOLDER = "\u2047W"     # placeholder names of W's not yet interned (no tensor is named so)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One state of the merge search: the terms, their mirror partners, the W's made so
+    far ``(placeholder, content, indices, build flops)`` and the flops of it all."""
+
+    terms: tuple[Product, ...]
+    partner: tuple[int, ...] | None
+    pending: tuple
+    cost: int
 
 
 @dataclass(frozen=True)
@@ -54,12 +69,14 @@ class _Candidate:
     b: Tensor                       # B, in the spelling the key was taken from
     rest: tuple[Tensor, ...]        # X
     interface: tuple[Index, ...]    # W's indices as this term labels them
+    own: int = 0                    # flops of the whole term in its best order
+    build: int = 0                  # flops of X in its best order (into W's layout)
 
 
 def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str, int], *,
                   prefix: str = "W", symmetric: Collection[str] = (),
                   real: Collection[str] = (), hermitian: Collection[str] = (),
-                  mirrored: Collection[str] = ()) -> tuple[Equation, ...]:
+                  mirrored: Collection[str] = (), beam: int = 8) -> tuple[Equation, ...]:
     """Equations with common factors pulled out into named intermediates.
 
     Parameters
@@ -81,6 +98,9 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
     mirrored
         Equations known to equal their mirror image (result columns swapped), e.g.
         closed-shell ``R2`` after an exchange fold, whose terms no longer show it.
+    beam
+        Width of the search over merge orders for the given equations (1: greedy); the
+        intermediates' own equations are factored greedily.
 
     Returns
     -------
@@ -102,14 +122,16 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
         t.name for eq in equations for p in eq.terms for t in p.factors}
     state = _State(extents, prefix, taken, frozenset(symmetric) | frozenset(real) |
                    frozenset(hermitian), frozenset(real), frozenset(hermitian),
-                   frozenset(mirrored))
+                   frozenset(mirrored), max(1, int(beam)))
     rewritten = [state.factor(eq) for eq in equations]
     return tuple(state.ordered()) + tuple(rewritten)
 
 
 class _State:
-    def __init__(self, extents, prefix, taken, symmetric, real, hermitian, mirrored) -> None:
+    def __init__(self, extents, prefix, taken, symmetric, real, hermitian, mirrored,
+                 beam: int = 1) -> None:
         self.mirrored = mirrored
+        self.beam = beam
         self.inputs = frozenset(taken)          # every tensor that is not an intermediate
         self.extents = extents
         self.prefix = prefix
@@ -120,6 +142,8 @@ class _State:
         self.contents: dict[tuple, str] = {}   # canonical content → intermediate name
         self.counter = 0
         self.costs: dict[tuple, int] = {}      # (factors, output) → flops, searched once
+        self.readings: dict[tuple, tuple] = {}  # (term, externals) → its X·B readings
+        self.spelled: dict[tuple, tuple] = {}   # (X, W's indices) → X's canonical spelling
 
     # ----------------------------------------------------------------- costs
     def size(self, ix: Index) -> int:
@@ -147,6 +171,13 @@ class _State:
     # ----------------------------------------------------------------- grouping
     def candidates(self, k: int, p: Product, externals: tuple[Index, ...]):
         """Every way of reading term ``k`` as ``X · B``: (key, candidate)."""
+        memo = (p, externals)
+        if memo not in self.readings:
+            self.readings[memo] = tuple(self._readings(p, externals))
+        for key, b, rest, iface, own, build in self.readings[memo]:
+            yield key, _Candidate(k, b, rest, iface, own, build)
+
+    def _readings(self, p: Product, externals: tuple[Index, ...]):
         if p.operators or len(p.factors) < 2:
             return
         counts = index_counts(p)
@@ -167,8 +198,9 @@ class _State:
             if key in seen:                     # t1·t1: one reading per distinct key
                 continue
             seen.add(key)
-            outer = tuple(ix for ix in externals if ix not in spelled.slots)
-            yield key, _Candidate(k, spelled, rest, outer + summed)
+            iface = tuple(ix for ix in externals if ix not in spelled.slots) + summed
+            yield (key, spelled, rest, iface, self.cost(p.factors, externals),
+                   self.cost(rest, iface))
 
     def key_of(self, b: Tensor, externals: tuple[Index, ...]):
         """``(key, spelling, summed indices)`` of factor ``b``: the smallest over its
@@ -207,7 +239,7 @@ class _State:
             return [f]
         return _symmetric_spellings(f, name in self.real, name in self.hermitian)
 
-    def factor(self, eq: Equation) -> Equation:
+    def factor(self, eq: Equation, width: int | None = None) -> Equation:
         """``eq`` with every profitable group merged; intermediates recorded.
 
         When ``eq`` is its own mirror image (its terms map onto themselves when its result
@@ -225,33 +257,100 @@ class _State:
         partner: list[int] | None = None
         if mirror is not None:
             terms, partner = self.symmetrized(terms, externals, mirror)
-        while True:
-            groups: dict[tuple, list[_Candidate]] = {}
-            for k, p in enumerate(terms):
-                for key, cand in self.candidates(k, p, externals):
-                    groups.setdefault(key, []).append(cand)
-            best = None
-            for key in sorted(groups):
-                members = groups[key]
-                if prod(self.size(ix) for ix in members[0].interface) > limit:
-                    continue
-                twin = None
-                if partner is not None:
-                    twin_key = self.mirror_key(members[0], mirror, externals)
-                    if twin_key != key:
-                        members, twin = _paired(members, groups.get(twin_key, []), partner)
-                if len(members) < 2:
-                    continue
-                gain = self.gain(terms, members, externals)
-                if twin:
-                    gain += self.gain(terms, twin, externals, made=True)
-                if gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, members, twin)
-            if best is None:
-                break
-            _, members, twin = best
-            terms, partner = self.merge(terms, partner, members, twin)
+        plan = self.search(terms, partner, externals, mirror, limit,
+                           self.beam if width is None else width)
+        terms = self.finalized(plan)
         return Equation(eq.name, tuple(self.combined(terms, externals)), eq.result, eq.bare)
+
+    # ----------------------------------------------------------------- search
+    def search(self, terms, partner, externals, mirror, limit, width: int) -> "_Plan":
+        """The cheapest merge sequence found by a beam search of ``width`` (1: greedy): at
+        every step each kept plan is extended by its ``width`` best merges, and the
+        ``width`` cheapest results are kept. A greedy merge can take a term into one group
+        that another group needed more (a ring term of CCSD: its t1-dressed partners
+        taken by the t1 group, it was left with nobody); the beam sees both orders."""
+        start = _Plan(tuple(terms), None if partner is None else tuple(partner), (), 0)
+        start = replace(start, cost=self.plan_cost(start, externals))
+        beam, best, seq = [start], start, 0
+        while beam:
+            children = []
+            for plan in beam:
+                for members, twin in self.moves(plan, externals, mirror, limit)[:width]:
+                    children.append((self.applied(plan, members, twin, externals), seq))
+                    seq += 1
+            if not children:
+                break
+            children.sort(key=lambda c: (c[0].cost, c[1]))
+            seen, beam = set(), []
+            for child, _ in children:           # one plan per set of merges, whatever order
+                sig = _signature(child)
+                if sig not in seen:
+                    seen.add(sig)
+                    beam.append(child)
+                if len(beam) == width:
+                    break
+            if beam[0].cost < best.cost:
+                best = beam[0]
+        return best
+
+    def moves(self, plan: "_Plan", externals, mirror, limit) -> list:
+        """Profitable merges of ``plan``'s terms, best first: (members, twin)."""
+        terms, partner = list(plan.terms), plan.partner
+        groups: dict[tuple, list[_Candidate]] = {}
+        for k, p in enumerate(terms):
+            for key, cand in self.candidates(k, p, externals):
+                groups.setdefault(key, []).append(cand)
+        found = []
+        for key in sorted(groups):
+            members = groups[key]
+            if prod(self.size(ix) for ix in members[0].interface) > limit:
+                continue
+            twin = None
+            if partner is not None:
+                twin_key = self.mirror_key(members[0], mirror, externals)
+                if twin_key != key:
+                    members, twin = _paired(members, groups.get(twin_key, []), list(partner))
+            if len(members) < 2:
+                continue
+            gain = self.gain(terms, members, externals)
+            if twin:
+                gain += self.gain(terms, twin, externals, made=True)
+            if gain > 0:
+                found.append((-gain, len(found), members, twin))
+        found.sort(key=lambda f: f[:2])
+        return [(m, t) for _, _, m, t in found]
+
+    def plan_cost(self, plan: "_Plan", externals) -> int:
+        """Flops of the plan's terms (each in its best order) and of building its W's."""
+        return (sum(self.cost(p.factors, externals) for p in plan.terms)
+                + sum(build for *_, build in plan.pending))
+
+    def applied(self, plan: "_Plan", members, twin, externals) -> "_Plan":
+        terms, partner, pending = self.merge(list(plan.terms), plan.partner, members, twin,
+                                             plan.pending)
+        gone = list(members) + list(twin or ())
+        made = terms[len(plan.terms) - len(gone):]
+        cost = (plan.cost - sum(c.own for c in gone) + sum(
+            self.cost(p.factors, externals) for p in made)
+            + sum(build for *_, build in pending[len(plan.pending):]))
+        return _Plan(tuple(terms), None if partner is None else tuple(partner), pending, cost)
+
+    def finalized(self, plan: "_Plan") -> list[Product]:
+        """The plan's terms with every placeholder W interned (defined, or found equal to
+        an earlier one up to the order of its indices)."""
+        real: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for holder, content, iface, _ in plan.pending:
+            real[holder] = self.intern(list(content), iface)
+        out = []
+        for p in plan.terms:
+            factors = []
+            for t in p.factors:
+                if t.name in real:
+                    name, order = real[t.name]
+                    t = Tensor(name, tuple(t.bra[order[m]] for m in range(len(order))))
+                factors.append(t)
+            out.append(Product(p.coefficient, tuple(factors)))
+        return out
 
     def combined(self, terms: list[Product], externals: tuple[Index, ...]) -> list[Product]:
         """Equal terms as one (the halves of a self-image term that joined no group), in
@@ -271,8 +370,8 @@ class _State:
 
     def gain(self, terms, members, externals, made: bool = False) -> int:
         """Flops saved by merging ``members`` (``made``: their ``W`` exists already)."""
-        before = sum(self.cost(terms[c.term].factors, externals) for c in members)
-        build = 0 if made else sum(self.cost(c.rest, c.interface) for c in members)
+        before = sum(c.own for c in members)
+        build = 0 if made else sum(c.build for c in members)
         final = self.cost((Tensor("W", members[0].interface), members[0].b), externals)
         return before - build - final
 
@@ -334,50 +433,58 @@ class _State:
                          tuple(mirror.get(x, x) for x in b.ket))
         return self.key_of(swapped, externals)[0]
 
-    def merge(self, terms: list[Product], partner: list[int] | None,
-              members: list[_Candidate], twin: list[_Candidate] | None
-              ) -> tuple[list[Product], list[int] | None]:
-        """Replace the group's terms (and its twin's) by ``c · W · B``; define (or reuse)
-        ``W``. The two new terms are partners; a self-mirror group's is its own."""
-        made = [self.merged(terms, members)]
+    def merge(self, terms: list[Product], partner, members: list[_Candidate],
+              twin: list[_Candidate] | None, pending: tuple):
+        """Replace the group's terms (and its twin's) by ``c · W · B`` with ``W`` a
+        placeholder recorded in ``pending`` (interned when the search is done). The two
+        new terms are partners; a self-mirror group's is its own."""
+        made, pending = self.merged(terms, members, pending, build=True)
+        made = [made]
         if twin:
-            made.append(self.merged(terms, twin))
+            second, pending = self.merged(terms, twin, pending, build=False)
+            made.append(second)
         made = [p for p in made if p is not None]     # a W whose terms cancel: all gone
         dropped = {c.term for c in members} | {c.term for c in (twin or ())}
         kept = [k for k in range(len(terms)) if k not in dropped]
         out = [terms[k] for k in kept] + made
         if partner is None:
-            return out, None
+            return out, None, pending
         new = {old: n for n, old in enumerate(kept)}
         pairs = [new.get(partner[k], -1) for k in kept]
         n = len(kept)
         pairs += {0: [], 1: [n], 2: [n + 1, n]}[len(made)]
-        if twin and len(made) == 1:
-            return out, None
-        if any(x < 0 for x in pairs):           # a partner merged away alone: stop pairing
-            return out, None
-        return out, pairs
+        if (twin and len(made) == 1) or any(x < 0 for x in pairs):
+            return out, None, pending           # a partner merged away alone: stop pairing
+        return out, pairs, pending
 
-    def merged(self, terms: list[Product], members: list[_Candidate]) -> Product | None:
-        """``c · W{...} · B`` for one group (``W`` defined here or found); None when the
-        members' cofactors cancel."""
+    def merged(self, terms: list[Product], members: list[_Candidate], pending: tuple,
+               build: bool):
+        """``(c · W{...} · B, pending + W)`` for one group, ``W`` a placeholder over its
+        content; ``(None, pending)`` when the members' cofactors cancel. ``build``: the
+        W's flops count (a twin's W is the first one read transposed)."""
         lead = members[0]
         scale = terms[lead.term].coefficient
         iface = _fresh_labels(tuple(ix.space for ix in lead.interface))
         content: dict[tuple, Fraction] = {}
+        cost = 0
         for c in members:
-            rename = _renaming(c.rest, c.interface, iface)
-            factors = [(t.name, tuple(rename[x] for x in t.bra), tuple(rename[x] for x in t.ket))
-                       for t in c.rest]
-            k = _canonical_factors(factors, iface, self.real, self.hermitian, self.spell)
+            memo = (c.rest, c.interface)
+            if memo not in self.spelled:
+                rename = _renaming(c.rest, c.interface, iface)
+                factors = [(t.name, tuple(rename[x] for x in t.bra),
+                            tuple(rename[x] for x in t.ket)) for t in c.rest]
+                self.spelled[memo] = _canonical_factors(factors, iface, self.real,
+                                                        self.hermitian, self.spell)
+            k = self.spelled[memo]
             content[k] = content.get(k, Fraction(0)) + terms[c.term].coefficient / scale
-        products = [Product(c, tuple(Tensor(n, b, k) for n, b, k in key))
-                    for key, c in content.items() if c != 0]
+            cost += self.cost(c.rest, c.interface) if build else 0
+        products = tuple(Product(c, tuple(Tensor(n, b, k) for n, b, k in key))
+                         for key, c in content.items() if c != 0)
         if not products:
-            return None
-        name, order = self.intern(products, iface)
-        w = Tensor(name, tuple(lead.interface[order[m]] for m in range(len(order))))
-        return Product(scale, (w, lead.b))
+            return None, pending
+        holder = f"{_HOLDER}{len(pending)}"
+        w = Tensor(holder, tuple(lead.interface))
+        return Product(scale, (w, lead.b)), pending + ((holder, products, iface, cost),)
 
     def intern(self, content: list[Product], iface: tuple[Index, ...]):
         """The intermediate whose terms are ``content`` (free indices ``iface``), made if
@@ -395,7 +502,7 @@ class _State:
         name = self.new_name()
         self.contents[(spaces, self.canonical(content, iface, {}))] = name
         body = Equation(name, tuple(content), Tensor(name, iface))
-        self.defined.append(self.factor(body))
+        self.defined.append(self.factor(body, width=1))     # W's are small: greedy
         return name, tuple(range(len(iface)))
 
     def canonical(self, content: list[Product], iface, relabel) -> tuple:
@@ -435,6 +542,15 @@ class _State:
         for eq in self.defined:
             visit(eq)
         return out
+
+
+def _signature(plan: _Plan) -> tuple:
+    """The plan's terms with each placeholder W spelled as its content: equal for two
+    plans that made the same merges in another order."""
+    content = {holder: body for holder, body, _, _ in plan.pending}
+    return frozenset(Counter(
+        (p.coefficient, tuple((content.get(t.name, t.name), t.bra, t.ket) for t in p.factors))
+        for p in plan.terms).items())
 
 
 def _paired(members: list[_Candidate], twins: list[_Candidate], partner: list[int]):
