@@ -3,8 +3,6 @@ results. Oracles: np.einsum written here; the plain (unfactored) closed-shell CC
 equations evaluated in one program; tracemalloc for what the process allocates."""
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -15,6 +13,8 @@ from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
 from sequant_eval.staged import StagedEvaluator, equation_stages
+
+from tests.runtime.test_real_memory import _traced  # second evaluation, tracemalloc peak
 
 O, V = 5, 20
 EXT = {"i": O, "a": V}
@@ -72,16 +72,6 @@ def ccsd():
     tensors = _closed_shell_tensors()
     return plain, factor_common(plain, EXT, **CLOSED_SHELL_SYMMETRIES), tensors, se.evaluate(
         plain, tensors, EXT)
-
-
-def _traced(ev, tensors):
-    ev.evaluate(tensors)                       # builds the graphs and kernel plans
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    out, meter = ev.evaluate(tensors, return_meter=True)
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    return out, meter, peak
 
 
 @pytest.mark.parametrize("share", [None, 0.75, 0.5])
