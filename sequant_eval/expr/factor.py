@@ -31,15 +31,15 @@ equations rewritten; equations read earlier results by name (see :mod:`sequant_e
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
 
 import opt_einsum
 
 from .index import Index, mode_space
+from .merge_search import HOLDER, plan_terms, search
 from ..errors import UnknownSpace
 from .spintrace import _canonical_factors, _symmetric_spellings
 from .terms import Equation, Product, Tensor, index_counts
@@ -47,18 +47,6 @@ from .terms import Equation, Product, Tensor, index_counts
 __all__ = ["factor_common"]
 
 _OPTIMAL_UP_TO = 5
-_HOLDER = "\u2047W"     # placeholder names of W's not yet interned (no tensor is named so)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One state of the merge search: the terms, their mirror partners, the W's made so
-    far ``(placeholder, content, indices, build flops)`` and the flops of it all."""
-
-    terms: tuple[Product, ...]
-    partner: tuple[int, ...] | None
-    pending: tuple
-    cost: int
 
 
 @dataclass(frozen=True)
@@ -257,100 +245,10 @@ class _State:
         partner: list[int] | None = None
         if mirror is not None:
             terms, partner = self.symmetrized(terms, externals, mirror)
-        plan = self.search(terms, partner, externals, mirror, limit,
-                           self.beam if width is None else width)
-        terms = self.finalized(plan)
+        plan = search(self, terms, partner, externals, mirror, limit,
+                      self.beam if width is None else width)
+        terms = plan_terms(self, plan)
         return Equation(eq.name, tuple(self.combined(terms, externals)), eq.result, eq.bare)
-
-    # ----------------------------------------------------------------- search
-    def search(self, terms, partner, externals, mirror, limit, width: int) -> "_Plan":
-        """The cheapest merge sequence found by a beam search of ``width`` (1: greedy): at
-        every step each kept plan is extended by its ``width`` best merges, and the
-        ``width`` cheapest results are kept. A greedy merge can take a term into one group
-        that another group needed more (a ring term of CCSD: its t1-dressed partners
-        taken by the t1 group, it was left with nobody); the beam sees both orders."""
-        start = _Plan(tuple(terms), None if partner is None else tuple(partner), (), 0)
-        start = replace(start, cost=self.plan_cost(start, externals))
-        beam, best, seq = [start], start, 0
-        while beam:
-            children = []
-            for plan in beam:
-                for members, twin in self.moves(plan, externals, mirror, limit)[:width]:
-                    children.append((self.applied(plan, members, twin, externals), seq))
-                    seq += 1
-            if not children:
-                break
-            children.sort(key=lambda c: (c[0].cost, c[1]))
-            seen, beam = set(), []
-            for child, _ in children:           # one plan per set of merges, whatever order
-                sig = _signature(child)
-                if sig not in seen:
-                    seen.add(sig)
-                    beam.append(child)
-                if len(beam) == width:
-                    break
-            if beam[0].cost < best.cost:
-                best = beam[0]
-        return best
-
-    def moves(self, plan: "_Plan", externals, mirror, limit) -> list:
-        """Profitable merges of ``plan``'s terms, best first: (members, twin)."""
-        terms, partner = list(plan.terms), plan.partner
-        groups: dict[tuple, list[_Candidate]] = {}
-        for k, p in enumerate(terms):
-            for key, cand in self.candidates(k, p, externals):
-                groups.setdefault(key, []).append(cand)
-        found = []
-        for key in sorted(groups):
-            members = groups[key]
-            if prod(self.size(ix) for ix in members[0].interface) > limit:
-                continue
-            twin = None
-            if partner is not None:
-                twin_key = self.mirror_key(members[0], mirror, externals)
-                if twin_key != key:
-                    members, twin = _paired(members, groups.get(twin_key, []), list(partner))
-            if len(members) < 2:
-                continue
-            gain = self.gain(terms, members, externals)
-            if twin:
-                gain += self.gain(terms, twin, externals, made=True)
-            if gain > 0:
-                found.append((-gain, len(found), members, twin))
-        found.sort(key=lambda f: f[:2])
-        return [(m, t) for _, _, m, t in found]
-
-    def plan_cost(self, plan: "_Plan", externals) -> int:
-        """Flops of the plan's terms (each in its best order) and of building its W's."""
-        return (sum(self.cost(p.factors, externals) for p in plan.terms)
-                + sum(build for *_, build in plan.pending))
-
-    def applied(self, plan: "_Plan", members, twin, externals) -> "_Plan":
-        terms, partner, pending = self.merge(list(plan.terms), plan.partner, members, twin,
-                                             plan.pending)
-        gone = list(members) + list(twin or ())
-        made = terms[len(plan.terms) - len(gone):]
-        cost = (plan.cost - sum(c.own for c in gone) + sum(
-            self.cost(p.factors, externals) for p in made)
-            + sum(build for *_, build in pending[len(plan.pending):]))
-        return _Plan(tuple(terms), None if partner is None else tuple(partner), pending, cost)
-
-    def finalized(self, plan: "_Plan") -> list[Product]:
-        """The plan's terms with every placeholder W interned (defined, or found equal to
-        an earlier one up to the order of its indices)."""
-        real: dict[str, tuple[str, tuple[int, ...]]] = {}
-        for holder, content, iface, _ in plan.pending:
-            real[holder] = self.intern(list(content), iface)
-        out = []
-        for p in plan.terms:
-            factors = []
-            for t in p.factors:
-                if t.name in real:
-                    name, order = real[t.name]
-                    t = Tensor(name, tuple(t.bra[order[m]] for m in range(len(order))))
-                factors.append(t)
-            out.append(Product(p.coefficient, tuple(factors)))
-        return out
 
     def combined(self, terms: list[Product], externals: tuple[Index, ...]) -> list[Product]:
         """Equal terms as one (the halves of a self-image term that joined no group), in
@@ -482,7 +380,7 @@ class _State:
                          for key, c in content.items() if c != 0)
         if not products:
             return None, pending
-        holder = f"{_HOLDER}{len(pending)}"
+        holder = f"{HOLDER}{len(pending)}"
         w = Tensor(holder, tuple(lead.interface))
         return Product(scale, (w, lead.b)), pending + ((holder, products, iface, cost),)
 
@@ -542,30 +440,6 @@ class _State:
         for eq in self.defined:
             visit(eq)
         return out
-
-
-def _signature(plan: _Plan) -> tuple:
-    """The plan's terms with each placeholder W spelled as its content: equal for two
-    plans that made the same merges in another order."""
-    content = {holder: body for holder, body, _, _ in plan.pending}
-    return frozenset(Counter(
-        (p.coefficient, tuple((content.get(t.name, t.name), t.bra, t.ket) for t in p.factors))
-        for p in plan.terms).items())
-
-
-def _paired(members: list[_Candidate], twins: list[_Candidate], partner: list[int]):
-    """A group and its mirror group with each member's image in the other: members whose
-    image is not in the twin group (or that are their own image) are left out."""
-    by_term = {c.term: c for c in twins}
-    mine, theirs, used = [], [], set()
-    for c in members:
-        j = partner[c.term]
-        if c.term in used or j in used or j == c.term or j not in by_term:
-            continue
-        mine.append(c)
-        theirs.append(by_term[j])
-        used |= {c.term, j}
-    return mine, theirs
 
 
 def _fresh_labels(spaces: Sequence[str]) -> tuple[Index, ...]:
