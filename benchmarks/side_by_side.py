@@ -1,6 +1,6 @@
 """One fitted program, one process against a 2-worker Dask LocalCluster: times and peaks.
 
-Shared by ``distributed.py`` and ``distributed_out_of_core.py``: a warm-up on each side,
+Shared by ``cluster_dimer.py`` and ``distributed_out_of_core.py``: a warm-up on each side,
 ``rounds`` interleaved rounds (one process, cluster, ...), then a cluster run that traces
 every task's allocations (tracemalloc inside the task) against the predicted per-worker
 peak; results compared with the single-process ones.

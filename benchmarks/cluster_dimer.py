@@ -16,7 +16,7 @@ task's allocations (tracemalloc inside the task) against the predicted per-worke
 Results are compared (largest relative difference, bitwise or not). ``--write`` puts the
 numbers into the section "Distributed (Dask)" of ``docs/benchmarks.md``::
 
-    python benchmarks/distributed.py --rounds 5 --dir /tmp/sequant-dist --write
+    python benchmarks/cluster_dimer.py --rounds 5 --dir /tmp/sequant-dist --write
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ Cluster: `LocalCluster(n_workers=2, threads_per_worker=1, processes=True)` on th
 {r["load_before"][0]:.2f} before, {r["load_after"][0]:.2f} after (1-minute, `uptime`).
 
 ```bash
-python benchmarks/distributed.py --rounds {r["rounds"]} --dir /tmp/sequant-dist --write
+python benchmarks/cluster_dimer.py --rounds {r["rounds"]} --dir /tmp/sequant-dist --write
 ```
 
 | | wall time per residual: median (min–max) |
