@@ -18,8 +18,8 @@ run's prediction and ``meter`` what the last NumPy run accounted.
 
 The closed-shell residual is evaluated with intermediates
 (:func:`~sequant_eval.expr.factor.factor_common`: terms ending in the same factor read the
-same way are summed before that factor is contracted, e.g. ten o³v³ ring terms into four
-contractions): the intermediates are evaluated first and held, then the energy and
+same way are summed before that factor is contracted: at (H2O)3/cc-pVDZ extents 15
+distinct o³v³ contractions become 8, 29.7 GFLOP 16.4): the intermediates are evaluated first and held, then the energy and
 residuals read them (:class:`~sequant_eval.staged.StagedEvaluator`); the budget bounds both
 stages with what is held. ``intermediates=False`` evaluates the plain equations in one
 program; the default drops the intermediates when a budget cannot hold them, and out of
@@ -504,7 +504,8 @@ class CCSD:
                          f"{len(p.loops)} loops)" if p.loops else "")]
         if isinstance(p, StagedReport):
             held = max(p.held_bytes)
-            lines.append(f"  staged: {len(p.stages)} stages, {len(self.equations) - 3} "
+            lines.append(f"  staged: {len(p.stages)} stages, "
+                         f"{len(self.evaluator().intermediates)} "
                          f"intermediates (at most {format_bytes(held)} held between stages); "
                          f"{p.binary_contractions} binary contractions -> "
                          f"{p.distinct_contractions} distinct values")
