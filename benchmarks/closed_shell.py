@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SYSTEMS = {   # Angstrom; the same structures as ../shared/bench (S22-2 dimer, cyclic trimer)
+SYSTEMS = {   # Angstrom; dimer and trimer as in ../shared/bench (S22-2 dimer, cyclic trimer)
     "h2o": "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692",
     "dimer": "O -1.551007 -0.114520 0; H -1.934259 0.762503 0; H -0.599677 0.040712 0; "
              "O 1.350625 0.111469 0; H 1.680398 -0.373741 -0.758561; "
@@ -48,6 +48,12 @@ SYSTEMS = {   # Angstrom; the same structures as ../shared/bench (S22-2 dimer, c
     "trimer": "O 1.645448 0 0; H 0.814064 0.48 0; H 1.922546 -0.000783 0.919139; "
               "O -0.822724 1.425 0; H -0.822724 0.465 0; H -0.960595 1.665365 0.919139; "
               "O -0.822724 -1.425 0; H 0.00866 -0.945 0; H -0.961951 -1.664582 -0.919139",
+    # constructed cyclic tetramer: O on a square (O-O 2.75 A), one H along each O->O edge
+    # (0.96 A), the free H at 104.5 deg, pointing out of the ring, up and down in turn
+    "tetramer": "O 1.944544 0 0; H 1.265721 0.678823 0; H 2.493942 0.209471 0.758870; "
+                "O 0 1.944544 0; H -0.678823 1.265721 0; H -0.209471 2.493942 -0.758870; "
+                "O -1.944544 0 0; H -1.265721 -0.678823 0; H -2.493942 -0.209471 0.758870; "
+                "O 0 -1.944544 0; H 0.678823 -1.265721 0; H 0.209471 -2.493942 -0.758870",
 }
 CODES = ("ours", "pyscf_ccsd", "pyscf_rccsd", "ebcc_rccsd")
 RUN_CODES = ["ours", "pyscf_ccsd"]

@@ -119,6 +119,9 @@ class CCSD:
         Converged when ``|ΔE| < conv_tol`` and the residual norm ``< conv_tol_normt``
         (PySCF measures the amplitude change instead), after at most ``max_cycle``
         residual evaluations.
+    diis_space
+        DIIS vectors kept (PySCF's default, 6: on the water clusters one iteration fewer
+        than 8, whose extrapolation oscillates around ``|ΔE| = 1e-7`` a step longer).
     callback
         ``callback(record, seconds, peak_bytes)`` after every iteration (the CLI prints).
     integrals_on_disk
@@ -131,7 +134,7 @@ class CCSD:
 
     def __init__(self, mf: Any, frozen: int = 0, budget: Any = None, backend: str = "numpy",
                  spin_orbital: bool | None = None, conv_tol: float = 1e-7,
-                 conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 8,
+                 conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 6,
                  callback: Callable[[IterationRecord, float, int], Any] | None = None,
                  integrals_on_disk: str | os.PathLike | None = None,
                  slab_bytes: float | None = None, intermediates: bool | None = None) -> None:
