@@ -19,7 +19,7 @@ from math import prod
 
 from .api import Evaluator, Report, _as_equations
 from .errors import ExpressionError, InfeasibleBudget
-from .expr import Equation
+from .expr import Equation, check_extents
 from .expr.index import mode_space
 from .forest.build import mode_extent
 from .plan import BatchPolicy
@@ -153,7 +153,7 @@ class StagedEvaluator:
                  budget=None, policy: BatchPolicy | None = None, persist: bool = False,
                  volatile: Sequence[str] | None = None) -> None:
         self.equations = _as_equations(eqs)
-        self.extents = dict(extents)
+        self.extents = check_extents(extents)
         self.stage_equations = equation_stages(self.equations)
         names = {eq.name for eq in self.equations}
         read = {t.name for eq in self.equations for p in eq.terms for t in p.factors}

@@ -113,3 +113,8 @@ def test_a_budget_below_what_is_held_is_refused_naming_the_stage(ccsd):
     assert least > held
     fits = StagedEvaluator(factored, EXT, budget=least)
     assert fits.analyze().peak_bytes <= least
+
+
+def test_bad_extents_are_typed():
+    with pytest.raises(se.errors.UnknownSpace, match="extents must map"):
+        StagedEvaluator(se.parse("R{a_1;i_1} = X{a_1;i_1}"), 5)

@@ -38,9 +38,9 @@ from math import prod
 
 import opt_einsum
 
-from .index import Index, mode_space
+from .index import Index, check_extents, mode_space
 from .merge_search import HOLDER, plan_terms, search
-from ..errors import UnknownSpace
+from ..errors import InputTypeError, UnknownSpace
 from .spintrace import _canonical_factors, _symmetric_spellings
 from .terms import Equation, Product, Tensor, index_counts
 
@@ -61,7 +61,7 @@ class _Candidate:
     build: int = 0                  # flops of X in its best order (into W's layout)
 
 
-def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str, int], *,
+def factor_common(equations: str | Equation | Sequence[Equation], extents: Mapping[str, int], *,
                   prefix: str = "W", symmetric: Collection[str] = (),
                   real: Collection[str] = (), hermitian: Collection[str] = (),
                   mirrored: Collection[str] = (), beam: int = 8) -> tuple[Equation, ...]:
@@ -70,7 +70,9 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
     Parameters
     ----------
     equations
-        Operator-free equations over plain indices (spin-traced or spin-orbital).
+        Equations (text, an Equation or a sequence of them) over plain indices, e.g.
+        spin-traced or spin-orbital; equations with operators, aux or composite indices
+        are returned as they are.
     extents
         Space → extent; the flop counts that decide each merge use them.
     prefix
@@ -95,8 +97,8 @@ def factor_common(equations: Equation | Sequence[Equation], extents: Mapping[str
     The intermediates (each before the first equation that reads it), then ``equations``
     in their order, rewritten.
     """
-    if isinstance(equations, Equation):
-        equations = (equations,)
+    equations = _equations(equations)
+    extents = check_extents(extents)
     for eq in equations:
         for p in eq.terms:
             for t in p.factors:
@@ -440,6 +442,21 @@ class _State:
         for eq in self.defined:
             visit(eq)
         return out
+
+
+def _equations(given) -> tuple[Equation, ...]:
+    """Text, one Equation or a sequence of them, as a tuple (anything else: typed)."""
+    if isinstance(given, str):
+        from .parser import parse
+
+        return tuple(parse(given))
+    if isinstance(given, Equation):
+        return (given,)
+    items = tuple(given) if isinstance(given, (list, tuple)) else None
+    if items is None or not all(isinstance(e, Equation) for e in items):
+        raise InputTypeError(f"factor_common takes equation text, an Equation or a sequence "
+                             f"of them (from se.parse), got {type(given).__name__}")
+    return items
 
 
 def _fresh_labels(spaces: Sequence[str]) -> tuple[Index, ...]:

@@ -152,3 +152,13 @@ def test_the_beam_search_is_never_worse_than_greedy(o, v):
         return StagedEvaluator(eqs, ext).analyze().flops
 
     assert flops(8) <= flops(1)
+
+
+@pytest.mark.parametrize("given, error", [
+    ([1, 2], se.errors.InputTypeError), (None, se.errors.InputTypeError),
+    ("R{a_1;i_1} = X{a_1;i_1", se.errors.ParseError)])
+def test_bad_equations_are_typed_errors(given, error):
+    with pytest.raises(error):
+        factor_common(given, {"i": 2, "a": 3})
+    with pytest.raises(se.errors.UnknownSpace, match="positive integer"):
+        factor_common("R{a_1;i_1} = X{a_1;i_1}", {"i": 0, "a": 3})
