@@ -144,7 +144,8 @@ class StagedEvaluator:
     """Equations that read each other's results, compiled stage by stage; evaluate many
     times. ``evaluate`` returns the results no other equation reads (the ones asked for).
 
-    Parameters are those of :class:`~sequant_eval.Evaluator`; ``budget`` (bytes, text, or a
+    Parameters are those of :class:`~sequant_eval.Evaluator` (``extents`` a plain space →
+    extent mapping: a Regime is not supported); ``budget`` (bytes, text, or a
     share of the whole evaluation's unbatched peak) bounds every stage's peak plus what is
     held across it. With ``persist=True`` the intermediates are volatile like the tensors
     named in ``volatile`` (they are remade every evaluation)."""
