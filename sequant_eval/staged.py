@@ -96,11 +96,6 @@ class StagedReport:
         return tuple(lp for r in self.stages for lp in r.loops)
 
     @property
-    def forest(self):
-        """The forest of the last stage (the equations asked for)."""
-        return self.stages[-1].forest
-
-    @property
     def binary_contractions(self) -> int:
         """Binary contractions of all stages' terms, before interning."""
         return sum(r.forest.binary_contractions for r in self.stages)
@@ -168,6 +163,7 @@ class StagedEvaluator:
                         if t.name in names:
                             last[t.name] = s
         self._last_reader = last
+        self._held = [self._held_names(s) for s in range(len(self.stage_equations))]
         base = policy.volatile if policy is not None and policy.volatile else (volatile or ())
         self._volatile = tuple(base) + self.intermediates if (persist or base) else None
         self._persist = persist
@@ -189,14 +185,14 @@ class StagedEvaluator:
                                      for ix in eq.indices)
 
     def held_across(self, stage: int) -> tuple[tuple[str, int], ...]:
-        """Results made before ``stage`` that are still needed then or later: the
-        intermediates it or a later stage reads, and the outputs made so far."""
-        out = []
-        for s in range(stage):
-            for eq in self.stage_equations[s]:
-                if eq.name in self.outputs or self._last_reader.get(eq.name, -1) >= stage:
-                    out.append((eq.name, self.result_bytes(eq.name)))
-        return tuple(out)
+        """Results made before ``stage`` that are still needed then or later (the
+        intermediates it or a later stage reads, and the outputs made so far), with
+        their bytes."""
+        return tuple((name, self.result_bytes(name)) for name in self._held[stage])
+
+    def _held_names(self, stage: int) -> tuple[str, ...]:
+        return tuple(eq.name for s in range(stage) for eq in self.stage_equations[s]
+                     if eq.name in self.outputs or self._last_reader.get(eq.name, -1) >= stage)
 
     def _unbatched_peak(self) -> int:
         totals = []
@@ -268,7 +264,7 @@ class StagedEvaluator:
         meters = []
         for s, (ev, stage) in enumerate(zip(evaluators, self.stage_equations)):
             out, meter = ev.evaluate(given, backend, return_meter=True)
-            held = sum(self._nbytes(results[n]) for n, _ in self.held_across(s))
+            held = sum(self._nbytes(results[n]) for n in self._held[s])
             meters.append((meter, held))
             for eq in stage:
                 results[eq.name] = out[eq.name]
@@ -297,11 +293,6 @@ class StagedEvaluator:
                             tuple(tuple(eq.name for eq in st) for st in self.stage_equations),
                             tuple(self.held_across(s) for s in range(len(evs))),
                             self.budget_bytes)
-
-    @property
-    def policy(self) -> BatchPolicy | None:
-        """The policy of the last stage (its budget is the whole budget less what is held)."""
-        return self.evaluators[-1].policy
 
 
 def _combined(meters: list[tuple[Meter, int]]) -> Meter:

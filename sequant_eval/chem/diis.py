@@ -45,12 +45,7 @@ class DIIS:
         self._vectors.append(vector)
         self._errors.append(error)
         row = np.array([float(np.dot(e, error)) for e in self._errors])
-        n = len(self._errors)
-        overlap = np.empty((n, n))
-        overlap[: n - 1, : n - 1] = self._overlap
-        overlap[n - 1, :] = row
-        overlap[:, n - 1] = row
-        self._overlap = overlap
+        self._overlap = _bordered(self._overlap, row)
 
     def coefficients(self) -> np.ndarray:
         """Pulay coefficients of the stored vectors (summing to 1)."""
@@ -179,12 +174,7 @@ class HDF5DIIS:
                 row[k] += float(np.dot(errs[other, lo:hi], part))
             row[-1] += float(np.dot(part, part))
         self._slots.append(slot)
-        m = len(self._slots)
-        overlap = np.empty((m, m))
-        overlap[: m - 1, : m - 1] = self._overlap
-        overlap[m - 1, :] = row
-        overlap[:, m - 1] = row
-        self._overlap = overlap
+        self._overlap = _bordered(self._overlap, row)
 
     def coefficients(self) -> np.ndarray:
         """Pulay coefficients of the stored vectors (summing to 1)."""
@@ -223,3 +213,14 @@ def slabs(shape: tuple[int, ...], elements: int):
 
 def _store_rows(block: Any, lo: int, hi: int, values: np.ndarray) -> None:
     block[lo:hi] = np.reshape(values, (hi - lo,) + tuple(block.shape[1:]))
+
+
+def _bordered(overlap: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """The symmetric error-overlap matrix grown by one vector: ``row`` (its overlaps with
+    the stored errors, itself last) as the new last row and column."""
+    n = len(row)
+    out = np.empty((n, n))
+    out[: n - 1, : n - 1] = overlap
+    out[n - 1, :] = row
+    out[:, n - 1] = row
+    return out

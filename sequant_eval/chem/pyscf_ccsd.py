@@ -143,6 +143,7 @@ class CCSD:
         self.slab_bytes = slab_bytes
         self.frozen = frozen
         self._amplitudes = None           # the doubles on disk while a lean run is on
+        self._prefetched = False          # integral blocks transformed in one go (closed shell)
         self.budget = budget
         self.backend = backend
         closed = _is_closed_shell_rhf(mf)
@@ -342,10 +343,11 @@ class CCSD:
         ev, ints = self.evaluator(), self.integrals
         if self.spin_orbital:
             return residual_function(ints, ev, self.backend, meters)
-        if not self.out_of_core:          # every block from one four-index transform
-            from .on_disk import integral_blocks
+        if not self.out_of_core and not self._prefetched:
+            from .on_disk import integral_blocks      # every block from one transform
 
             ints.prefetch(integral_blocks(self.equations, ints.extents, ("g", "L")))
+            self._prefetched = True
         base = ints.tensors()
 
         def residual(t):

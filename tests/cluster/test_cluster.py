@@ -18,16 +18,12 @@ import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
 from sequant_eval.runtime.shipping import H5Dataset, MemoryMap, ship_inputs
 
-EXT = {"i": 10, "a": 38}          # H2O/cc-pVDZ spin-orbital extents
-N = sum(EXT.values())
+from tests.oracles.spin_orbital import EXT, random_arrays  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def arrays():
-    rng = np.random.default_rng(12)
-    return {"f": rng.standard_normal((N, N)), "g": rng.standard_normal((N, N, N, N)),
-            "t1": 0.1 * rng.standard_normal((38, 10)),
-            "t2": 0.1 * rng.standard_normal((38, 38, 10, 10))}
+    return random_arrays(12)
 
 
 @pytest.fixture(scope="module")

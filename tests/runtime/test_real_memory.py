@@ -16,16 +16,12 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations, ccsd_text
 
-EXT = {"i": 10, "a": 38}          # H2O/cc-pVDZ spin-orbital extents
-N = sum(EXT.values())
+from tests.oracles.spin_orbital import EXT, N, random_arrays  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def arrays():
-    rng = np.random.default_rng(11)
-    return {"f": rng.standard_normal((N, N)), "g": rng.standard_normal((N, N, N, N)),
-            "t1": 0.1 * rng.standard_normal((38, 10)),
-            "t2": 0.1 * rng.standard_normal((38, 38, 10, 10))}
+    return random_arrays(11)
 
 
 def _blocks(arrays):
