@@ -41,15 +41,17 @@ from sympy.physics.secondquant import (
     wicks,
 )
 
-from ..expr import Equation, Index, Product, Tensor, parse
+from ..expr import Equation, Index, Operator, Product, Tensor, parse
 from ..expr.printer import format_equation
 from ..expr.spintrace import spin_trace
 
-__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "derive_ccsd_text", "derive_equations",
-           "closed_shell_text", "regenerate", "main"]
+__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "CCSDT_PATH", "derive_ccsd_text",
+           "derive_equations", "derive_ccsdt_equations", "derive_ccsdt_text",
+           "closed_shell_text", "regenerate", "regenerate_ccsdt", "main"]
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
 CLOSED_SHELL_PATH = DATA_PATH.parent / "ccsd_cs.txt"
+CCSDT_PATH = DATA_PATH.parent / "ccsdt_so.txt"
 
 #: A factor is (name, bra indices, ket indices): a Tensor in sortable form. Indices are
 #: space "i" (occupied) or "a" (virtual) and a number.
@@ -325,6 +327,67 @@ def regenerate(path: str | Path | None = None,
         closed_shell_path = (CLOSED_SHELL_PATH if path is None
                              else target.with_name(target.stem.removesuffix("_so") + "_cs.txt"))
     Path(closed_shell_path).write_text(closed_shell_text(text), encoding="utf-8")
+    return text
+
+
+_CCSDT_HEADER = """\
+# Spin-orbital CCSDT equations (non-canonical: the Fock matrix need not be diagonal).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`, which
+# enumerates the connected Wick contractions directly (sequant_eval/chem/wick.py; the same
+# engine reproduces the sympy-derived ccsd_so.txt byte for byte).
+#
+# E = <0|Hbar|0> (correlation energy), R1 = <Phi_i^a|Hbar|0>, R2 = <Phi_ij^ab|Hbar|0>,
+# R3 = <Phi_ijk^abc|Hbar|0>, Hbar = exp(-T) H_N exp(T),
+# H_N = f_pq {p+ q} + 1/4 <pq||rs> {p+ q+ s r}, T = T1 + T2 + T3, T1 = t_i^a {a+ i},
+# T2 = 1/4 t_ij^ab {a+ b+ j i}, T3 = 1/36 t_ijk^abc {a+ b+ c+ k j i}.  At convergence
+# R1 = R2 = R3 = 0.
+#
+# Tensors are Name{bra;ket}:
+#   f{p;q}                          Fock matrix f_pq
+#   g{p,q;r,s}                      antisymmetrized integral <pq||rs> = <pq|rs> - <pq|sr>
+#   t1{a;i}                         t_i^a
+#   t2{a_1,a_2;i_1,i_2}             t_ij^ab (antisymmetric in its bra and in its ket)
+#   t3{a_1,a_2,a_3;i_1,i_2,i_3}     t_ijk^abc (antisymmetric in its bra and in its ket)
+# Indices i_N are occupied, a_N virtual; the result's indices are external, all others
+# summed.  E and R1 are spelled out.  Every term of R2 and R3 carries the normalized
+# antisymmetrizer A{a_1,..;i_1,..} = 1/(n!)^2 sum sgn(s) sgn(t) s t over the permutations s
+# of the result's virtual and t of its occupied indices: each term stands for its orbit
+# (R3 has 47 such terms where 393 are spelled out), its coefficient the orbit's sum.
+"""
+
+_CCSDT_EQUATIONS: tuple[tuple[str, Tensor | None, int], ...] = _EQUATIONS + (
+    ("R3", Tensor("R3", tuple(Index("a", k) for k in (1, 2, 3)),
+                  tuple(Index("i", k) for k in (1, 2, 3))), 3),
+)
+
+
+def derive_ccsdt_equations() -> tuple[Equation, ...]:
+    """E, R1, R2, R3 of spin-orbital CCSDT (a few seconds, sequant_eval.chem.wick):
+    R2 and R3 as antisymmetrizer terms, summed indices numbered from 4."""
+    from .wick import project
+
+    out = []
+    for name, result, level in _CCSDT_EQUATIONS:
+        anti = level >= 2
+        ops = (Operator("A", result.bra, result.ket),) if anti else ()
+        terms = sorted(project(level, (1, 2, 3), antisymmetrize=anti, first_dummy=4).items(),
+                       key=_sort_key)
+        out.append(Equation(name, tuple(Product(c, tuple(Tensor(*f) for f in key), ops)
+                                        for key, c in terms), result))
+    return tuple(out)
+
+
+def derive_ccsdt_text() -> str:
+    """The full text of ``data/ccsdt_so.txt`` (deterministic, byte for byte)."""
+    return _equations_text(_CCSDT_HEADER, derive_ccsdt_equations())
+
+
+def regenerate_ccsdt(path: str | Path | None = None) -> str:
+    """Derive the CCSDT equations and write them to ``path`` (default: packaged data)."""
+    text = derive_ccsdt_text()
+    target = Path(path) if path is not None else CCSDT_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
     return text
 
 
