@@ -4,7 +4,7 @@
                                                                CCSD with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
     sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
-    sequant-eval regen-equations [--check]                     re-derive the CCSD equations
+    sequant-eval regen-equations [--check]                     re-derive the CC equations
     sequant-eval snapshots [--update]                          schedule snapshots (schedules/)
 
 Every mistake (a missing file, a malformed budget, bad equation text) is one line on
@@ -258,7 +258,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
 
     text = derive.derive_ccsd_text()
     if args.check:
-        fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text)}
+        fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
+                 derive.CCSDT_PATH: derive.derive_ccsdt_text()}
         stale = [p for p, t in fresh.items()
                  if not p.exists() or p.read_text(encoding="utf-8") != t]
         for path in stale:
@@ -267,7 +268,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
             print("up to date")
         return 1 if stale else 0
     derive.regenerate()
-    print(f"wrote {derive.DATA_PATH} and {derive.CLOSED_SHELL_PATH}")
+    derive.regenerate_ccsdt()
+    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH} and {derive.CCSDT_PATH}")
     return 0
 
 
@@ -382,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "blocks given) instead of the dry run")
     _policy_arguments(p)
     p.set_defaults(func=_cmd_analyze)
-    p = sub.add_parser("regen-equations", help="re-derive the packaged CCSD equations")
+    p = sub.add_parser("regen-equations",
+                       help="re-derive the packaged CCSD and CCSDT equations")
     p.add_argument("--check", action="store_true", help="only compare, do not write")
     p.set_defaults(func=_cmd_regen)
     p = sub.add_parser("report", help="peak-memory report of equation files under a budget")
