@@ -1,7 +1,7 @@
 """The ``sequant-eval`` command line.
 
     sequant-eval ccsd [--atom "O 0 0 0.117; ..." | --xyz F] [--basis cc-pvdz] [--frozen N]
-                                                               CCSD with a memory report
+                      [--method ccsd|ccsdt]                    CC with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
     sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
     sequant-eval regen-equations [--check]                     re-derive the CC equations
@@ -160,10 +160,11 @@ def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
 
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
-    """CCSD on a molecule (closed-shell equations for a closed-shell RHF), one line per
-    iteration, then energies and the memory report; ``--json`` writes them as JSON."""
+    """CCSD (or, with ``--method ccsdt``, spin-orbital CCSDT) on a molecule (closed-shell
+    CCSD equations for a closed-shell RHF), one line per iteration, then energies and the
+    memory report; ``--json`` writes them as JSON."""
     from .chem import molecules
-    from .chem.pyscf_ccsd import CCSD
+    from .chem.pyscf_ccsd import CCSD, CCSDT
     from .report.text import format_bytes
 
     _output(args.json, "--json")
@@ -175,6 +176,10 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
                          "--conv-tol-normt positive finite numbers")
     if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
         raise UsageError("give one of --molecule, --atom and --xyz")
+    method = CCSDT if args.method == "ccsdt" else CCSD
+    if method is CCSDT and args.integrals_on_disk is not None:
+        raise UsageError("--integrals-on-disk is for --method ccsd; CCSDT keeps its "
+                         "integrals in memory (drop it, or give a --budget)")
     if args.atom is not None or args.xyz is not None:
         atom = args.atom if args.atom is not None else molecules.read_xyz(args.xyz)
     else:
@@ -197,11 +202,11 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
               f"|R| = {rec.residual_norm:.3e}  {seconds:6.2f} s  peak {format_bytes(peak)}",
               flush=True)
 
-    mycc = CCSD(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
-                spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
-                conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line,
-                integrals_on_disk=args.integrals_on_disk,
-                intermediates=False if args.no_intermediates else None)
+    mycc = method(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
+                  spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
+                  conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line,
+                  integrals_on_disk=args.integrals_on_disk,
+                  intermediates=False if args.no_intermediates else None)
     mycc.run()
     print(mycc.summary())
     growth = rss.growth()
@@ -346,7 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="sequant-eval", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"sequant-eval {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    p = sub.add_parser("ccsd", help="CCSD of a molecule with a memory report")
+    p = sub.add_parser("ccsd", help="CCSD (or --method ccsdt) of a molecule with a memory "
+                                    "report")
+    p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsdt"],
+                   help="ccsd (default) or ccsdt (spin-orbital equations on any reference)")
     p.add_argument("--molecule", default=None,
                    help="a named molecule: water (default) or water_dimer")
     p.add_argument("--atom", help='atoms in Angstrom: "O 0 0 0.117; H 0 0.757 -0.469; ..."')

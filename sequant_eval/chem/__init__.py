@@ -1,6 +1,7 @@
-"""Quantum-chemistry front end: CC equations, integrals, solver, ``CCSD(mf)``."""
+"""Quantum-chemistry front end: CC equations, integrals, solver, ``CCSD(mf)``,
+``CCSDT(mf)``."""
 from __future__ import annotations
 
-from .pyscf_ccsd import CCSD
+from .pyscf_ccsd import CCSD, CCSDT
 
-__all__ = ["CCSD"]
+__all__ = ["CCSD", "CCSDT"]

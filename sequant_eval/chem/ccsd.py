@@ -18,7 +18,7 @@ from .equations import ccsd_equations
 from .integrals import SpinOrbitalIntegrals
 from .solver import CCResult, denominators, mp2_guess, solve_cc
 
-__all__ = ["CCSDRun", "residual_function", "run_ccsd"]
+__all__ = ["CCSDRun", "amplitude_spaces", "residual_function", "run_ccsd"]
 
 
 @dataclass(frozen=True)
@@ -70,18 +70,26 @@ class CCSDRun:
 
 def residual_function(ints: SpinOrbitalIntegrals, evaluator: Evaluator | None = None,
                       backend: str = "numpy", meters: list | None = None):
-    """``residual(t) -> (E, {"t1": R1, "t2": R2})`` for :func:`solve_cc`."""
+    """``residual(t) -> (E, {"t1": R1, "t2": R2, ...})`` for :func:`solve_cc`: every
+    amplitude ``tN`` given (virtual slots first) goes in, its residual ``RN`` comes out
+    (``t3`` and ``R3`` for the CCSDT equations)."""
     ev = evaluator or Evaluator(ccsd_equations(), ints.extents)
     base = ints.tensors()
 
     def residual(t):
-        tensors = dict(base, t1={("a", "i"): t["t1"]}, t2={("a", "a", "i", "i"): t["t2"]})
+        tensors = dict(base, **{k: {amplitude_spaces(k): v} for k, v in t.items()})
         out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
         if meters is not None:
             meters.append(meter)
-        return float(out["E"]), {"t1": np.asarray(out["R1"]), "t2": np.asarray(out["R2"])}
+        return float(out["E"]), {k: np.asarray(out["R" + k[1:]]) for k in t}
 
     return residual
+
+
+def amplitude_spaces(name: str) -> tuple[str, ...]:
+    """The block of amplitude ``tN``: N virtual slots, then N occupied ones."""
+    rank = int(name[1:])
+    return ("a",) * rank + ("i",) * rank
 
 
 def run_ccsd(molecule: str = "water", basis: str = "cc-pvdz", backend: str = "numpy",

@@ -25,6 +25,11 @@ stages with what is held. ``intermediates=False`` evaluates the plain equations 
 program; the default drops the intermediates when a budget cannot hold them, and out of
 core (a few o²v² arrays held between stages would defeat the lean solver).
 
+``CCSDT(mf)`` runs the spin-orbital CCSDT equations (``data/ccsdt_so.txt``) the same way,
+on any reference (a closed-shell RHF through its spin orbitals): the triples amplitudes
+``t3[i, j, k, a, b, c]`` start at zero beside the MP2 doubles, with the triples orbital
+denominator; it keeps everything in memory (no ``integrals_on_disk``).
+
 Out of core (``integrals_on_disk=DIR``): the integral blocks the equations read are
 written once to an HDF5 file in ``DIR`` (in slabs, :mod:`sequant_eval.chem.on_disk`) and
 read per batch; nothing of them is cached in memory. The solver then runs lean: the
@@ -51,7 +56,7 @@ from ..errors import InfeasibleBudget, SequantEvalError, UnsupportedFeature
 from ..report.text import format_bytes, format_flops
 from .ccsd import residual_function
 from .closed_shell import ClosedShellIntegrals
-from .equations import ccsd_equations, closed_shell_equations
+from .equations import ccsd_equations, ccsdt_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
 from ..expr.factor import factor_common
 from ..staged import StagedEvaluator, StagedReport
@@ -60,7 +65,11 @@ from .diis import HDF5DIIS
 from .solver import (CCResult, IterationRecord, denominators, mp2_guess,
                      orbital_denominators, solve_cc)
 
-__all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
+__all__ = ["CCSD", "CCSDT", "resolve_budget", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
+
+#: The amplitudes (and ``u2 = 2 t2 - t2~``) change every iteration: nothing read from them
+#: may be kept from one evaluation to the next.
+VOLATILE = ("t1", "t2", "t3", "u2")
 
 #: The closed-shell path folds ``2 X{p,q;r,s} - X{p,q;s,r}`` of these tensors.
 EXCHANGE_FOLDS = {"t2": "u2", "g": "L"}
@@ -132,6 +141,11 @@ class CCSD:
         of the budget).
     """
 
+    #: The method's name in summaries and JSON.
+    method = "CCSD"
+    #: Whether the amplitudes include the triples ``t3`` (:class:`CCSDT`).
+    triples = False
+
     def __init__(self, mf: Any, frozen: int = 0, budget: Any = None, backend: str = "numpy",
                  spin_orbital: bool | None = None, conv_tol: float = 1e-7,
                  conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 6,
@@ -167,7 +181,7 @@ class CCSD:
         self.meter = None
         self.seconds_per_iteration = float("nan")
         if self.spin_orbital:
-            self.equations = ccsd_equations()
+            self.equations = self._spin_orbital_equations()
         else:       # Coulomb/exchange pairs folded into L = 2g - g~ and u2 = 2t2 - t2~
             self.equations = fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
         if intermediates and (self.spin_orbital or self.integrals_on_disk is not None):
@@ -185,6 +199,10 @@ class CCSD:
             beam = 8 if 2 * ext["i"] ** 2 * ext["a"] ** 4 > 3e9 else 1
             self.equations = factor_common(self._plain, ext, beam=beam,
                                            **CLOSED_SHELL_SYMMETRIES)
+
+    @staticmethod
+    def _spin_orbital_equations():
+        return ccsd_equations()
 
     def _integrals(self):
         if not self.spin_orbital:
@@ -250,7 +268,7 @@ class CCSD:
     def e_tot(self) -> float:
         """``e_hf + e_corr`` (Hartree)."""
         if self.e_corr is None:
-            raise SequantEvalError("CCSD has not run yet: call .run() first")
+            raise SequantEvalError(f"{self.method} has not run yet: call .run() first")
         return self.e_hf + self.e_corr
 
     @property
@@ -276,7 +294,7 @@ class CCSD:
             ext = self.integrals.extents
             budget = self.budget
             try:
-                ev = StagedEvaluator(self.equations, ext, budget, volatile=("t1", "t2", "u2"),
+                ev = StagedEvaluator(self.equations, ext, budget, volatile=VOLATILE,
                                      persist=budget is not None)
                 if budget is not None:
                     ev.evaluators             # plan now: refuse before the first residual
@@ -293,7 +311,7 @@ class CCSD:
             # the amplitudes change every iteration, u2 with them: nothing read from them
             # may be kept from one evaluation to the next
             policy = None if budget is None else BatchPolicy.everything(
-                budget, ext, volatile=("t1", "t2", "u2"))
+                budget, ext, volatile=VOLATILE)
             self._evaluator = Evaluator(self.equations, ext, policy=policy,
                                         persist=budget is not None)
             if budget is not None and self.out_of_core:
@@ -321,7 +339,7 @@ class CCSD:
 
         held = self.held_bytes if held is None else held
         ext = self.integrals.extents if extents is None else extents
-        policy = BatchPolicy.everything(None, ext, volatile=("t1", "t2", "u2"))
+        policy = BatchPolicy.everything(None, ext, volatile=VOLATILE)
         least = (lambda: err.minimum + held) if err is not None else (
             lambda: min_budget(self.equations, ext, policy) + held)      # read on demand
         return InfeasibleBudget(
@@ -369,7 +387,7 @@ class CCSD:
 
     # ------------------------------------------------------------------ solver
     def run(self) -> "CCSD":
-        """Solve the CCSD equations (Jacobi + DIIS from the MP2 guess); returns ``self``."""
+        """Solve the CC equations (Jacobi + DIIS from the MP2 guess); returns ``self``."""
         ev = self.evaluator()
         ints = self.integrals
         meters: list = []
@@ -400,8 +418,10 @@ class CCSD:
                 lean = {"in_place": True, "slab_elements": chunk,
                         "diis": None if self.diis_space < 2 else HDF5DIIS(
                             str(scratch).format("diis"), self.diis_space, chunk)}
-            result = solve_cc(self._residual_function(meters), guess or mp2_guess(ints),
-                              orbital_denominators(ints) if lean else denominators(ints),
+            result = solve_cc(self._residual_function(meters),
+                              guess or mp2_guess(ints, triples=self.triples),
+                              orbital_denominators(ints) if lean
+                              else denominators(ints, triples=self.triples),
                               conv_energy=self.conv_tol, conv_residual=self.conv_tol_normt,
                               max_iter=self.max_cycle, diis_space=self.diis_space,
                               callback=on_iteration, **lean)
@@ -418,6 +438,8 @@ class CCSD:
         self.e_corr = result.e_corr
         self.t1 = result.t["t1"].T.copy()
         self.t2 = result.t["t2"].transpose(2, 3, 0, 1).copy()
+        if self.triples:
+            self.t3 = result.t["t3"].transpose(3, 4, 5, 0, 1, 2).copy()
         self.converged = result.converged
         self.iterations = result.iterations
         self.meter = meters[-1] if meters else None
@@ -441,7 +463,7 @@ class CCSD:
         hist = self.result.history if self.result else ()
         rep, m = self.report, self.meter
         return {
-            "method": "CCSD", "reference": type(self.mf).__name__,
+            "method": self.method, "reference": type(self.mf).__name__,
             "equations": "spin-orbital" if self.spin_orbital else "closed-shell",
             "intermediates": self.staged,
             "basis": str(self.mf.mol.basis), "frozen": self.frozen,
@@ -474,7 +496,7 @@ class CCSD:
     def summary(self) -> str:
         """Energies, convergence and the memory report (prediction vs measurement)."""
         if self.result is None:
-            raise SequantEvalError("CCSD has not run yet: call .run() first")
+            raise SequantEvalError(f"{self.method} has not run yet: call .run() first")
         p, m = self.report, self.meter
         kind = "spin-orbitals" if self.spin_orbital else "spatial orbitals (closed shell)"
         match = "equal" if m is not None and p.peak_bytes == m.peak_bytes else "DIFFER"
@@ -489,7 +511,8 @@ class CCSD:
                          f"{format_bytes(budget)} + amplitudes and DIIS buffers "
                          f"{format_bytes(self.held_bytes)}")
         lines = [
-            f"CCSD on {self.mf.mol.natm} atoms / {self.mf.mol.basis}: {self.nocc} occupied, "
+            f"{self.method} on {self.mf.mol.natm} atoms / {self.mf.mol.basis}: "
+            f"{self.nocc} occupied, "
             f"{self.nvir} virtual {kind}" + (f", {self.frozen} frozen" if self.frozen else ""),
             f"  E(HF)        = {self.e_hf:.10f} Eh",
             f"  E(corr)      = {self.e_corr:.10f} Eh",
@@ -525,3 +548,58 @@ class CCSD:
         """Close the integral file (out of core); the file stays for a later run."""
         if self.out_of_core:
             self.integrals.close()
+
+
+class CCSDT(CCSD):
+    """Coupled-cluster singles, doubles and triples on a converged PySCF mean field.
+
+    The spin-orbital CCSDT equations (``data/ccsdt_so.txt``) on the reference's spin
+    orbitals, a closed-shell RHF included (its energy is then RCCSDT's); the parameters
+    are :class:`CCSD`'s, less the closed-shell and out-of-core paths. ``t3`` is in PySCF's
+    spin-orbital layout ``t3[i, j, k, a, b, c]``, starting at zero.
+    """
+
+    method = "CCSDT"
+    triples = True
+
+    def __init__(self, mf: Any, frozen: int = 0, budget: Any = None, backend: str = "numpy",
+                 spin_orbital: bool | None = None, conv_tol: float = 1e-7,
+                 conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 6,
+                 callback: Callable[[IterationRecord, float, int], Any] | None = None,
+                 integrals_on_disk: str | os.PathLike | None = None,
+                 slab_bytes: float | None = None, intermediates: bool | None = None) -> None:
+        if spin_orbital is False:
+            raise UnsupportedFeature("CCSDT runs the spin-orbital equations only (a "
+                                     "closed-shell RHF through its spin orbitals); drop "
+                                     "spin_orbital=False")
+        if integrals_on_disk is not None:
+            raise UnsupportedFeature("CCSDT keeps its integrals and amplitudes in memory; "
+                                     "integrals_on_disk is for CCSD (drop it, or use a budget)")
+        if intermediates:
+            raise UnsupportedFeature("CCSDT evaluates its plain equations; intermediates=True "
+                                     "is for closed-shell CCSD (leave it unset)")
+        self.t3: np.ndarray | None = None
+        super().__init__(mf, frozen=frozen, budget=budget, backend=backend, spin_orbital=True,
+                         conv_tol=conv_tol, conv_tol_normt=conv_tol_normt,
+                         max_cycle=max_cycle, diis_space=diis_space, callback=callback,
+                         slab_bytes=slab_bytes, intermediates=intermediates)
+
+    @staticmethod
+    def _spin_orbital_equations():
+        return ccsdt_equations()
+
+    def residual(self, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray
+                 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """``(E, R1, R2, R3)`` at amplitudes in PySCF's layouts (``t3[i, j, k, a, b, c]``),
+        the residuals in the same layouts."""
+        e, r = self._residual_function()(
+            {"t1": np.ascontiguousarray(t1.T),
+             "t2": np.ascontiguousarray(t2.transpose(2, 3, 0, 1)),
+             "t3": np.ascontiguousarray(t3.transpose(3, 4, 5, 0, 1, 2))})
+        return (e, r["t1"].T, r["t2"].transpose(2, 3, 0, 1),
+                r["t3"].transpose(3, 4, 5, 0, 1, 2))
+
+    def kernel(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Runs and returns ``(e_corr, t1, t2, t3)``."""
+        self.run()
+        return self.e_corr, self.t1, self.t2, self.t3

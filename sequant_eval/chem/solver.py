@@ -284,19 +284,24 @@ def _diagonal(ints: Any, space: str) -> np.ndarray:
     return np.ascontiguousarray(np.diagonal(ints.fock((space, space))))
 
 
-def denominators(ints: Any) -> Amplitudes:
+def denominators(ints: Any, triples: bool = False) -> Amplitudes:
     """Orbital-energy denominators from the Fock diagonal of ``ints``.
 
     ``ints`` is anything with a ``fock(spaces)`` block provider (e.g.
     :class:`~sequant_eval.chem.integrals.SpinOrbitalIntegrals`).  Returns
     ``{"t1": D1, "t2": D2}`` with ``D1[a, i] = f_ii - f_aa`` and
-    ``D2[a, b, i, j] = f_ii + f_jj - f_aa - f_bb``.
+    ``D2[a, b, i, j] = f_ii + f_jj - f_aa - f_bb``; with ``triples`` also
+    ``D3[a, b, c, i, j, k] = f_ii + f_jj + f_kk - f_aa - f_bb - f_cc`` as ``"t3"`` (CCSDT).
     """
     eo = _diagonal(ints, "i")
     ev = _diagonal(ints, "a")
     d1 = eo[None, :] - ev[:, None]
     d2 = d1[:, None, :, None] + d1[None, :, None, :]
-    return {"t1": np.ascontiguousarray(d1), "t2": np.ascontiguousarray(d2)}
+    out = {"t1": np.ascontiguousarray(d1), "t2": np.ascontiguousarray(d2)}
+    if triples:
+        out["t3"] = np.ascontiguousarray(
+            d2[:, :, None, :, :, None] + d1[None, None, :, None, None, :])
+    return out
 
 
 def orbital_denominators(ints: Any) -> OrbitalDenominators:
@@ -304,8 +309,10 @@ def orbital_denominators(ints: Any) -> OrbitalDenominators:
     return OrbitalDenominators(_diagonal(ints, "i"), _diagonal(ints, "a"))
 
 
-def mp2_guess(ints: Any) -> Amplitudes:
-    """First-order amplitudes: ``t1 = 0`` (``(nvir, nocc)``) and ``t2 = <ab||ij> / D2``.
+def mp2_guess(ints: Any, triples: bool = False) -> Amplitudes:
+    """First-order amplitudes: ``t1 = 0`` (``(nvir, nocc)``) and ``t2 = <ab||ij> / D2``;
+    with ``triples`` also ``t3 = 0`` (``(nvir,)*3 + (nocc,)*3``: triples start at second
+    order).
 
     ``ints`` needs ``fock(spaces)`` and ``eri(spaces)`` providers.  With these amplitudes
     the CCSD energy expression gives the MP2 correlation energy (canonical orbitals).
@@ -314,4 +321,8 @@ def mp2_guess(ints: Any) -> Amplitudes:
     d = orbital_denominators(ints)
     t2 = _own(ints.eri(("a", "a", "i", "i")))      # a fresh read is used as is
     d.divide("t2", t2)
-    return {"t1": np.zeros(d.shapes["t1"]), "t2": t2}
+    out = {"t1": np.zeros(d.shapes["t1"]), "t2": t2}
+    if triples:
+        nv, no = d.shapes["t1"]
+        out["t3"] = np.zeros((nv,) * 3 + (no,) * 3)
+    return out

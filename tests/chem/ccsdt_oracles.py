@@ -125,7 +125,8 @@ def evaluate_text(text: str, arrays: dict[str, np.ndarray], no: int, nv: int
                     arr = arr[tuple(sl[x[0]] for x in idx)]
                 subs.append("".join(letter(x) for x in idx))
                 ops.append(arr)
-            value = float(coeff) * np.einsum(",".join(subs) + "->" + target, *ops)
+            value = float(coeff) * np.einsum(",".join(subs) + "->" + target, *ops,
+                                             optimize=True)
             if is_anti:
                 anti = anti + value
             else:
@@ -186,7 +187,7 @@ def wickd_residuals(terms, arrays: dict[str, np.ndarray], no: int, nv: int
                         tuple(sl[s] for s in block)])
                 else:
                     operands.append(amps[block])
-            total = total + float(coeff) * np.einsum(subs, *operands)
+            total = total + float(coeff) * np.einsum(subs, *operands, optimize=True)
         n = {"E": 0, "R1": 1, "R2": 2, "R3": 3}[name]
         total = np.asarray(total)
         if n >= 2:                            # occupied first in wickd: R[i.., a..]

@@ -130,8 +130,9 @@ def test_against_ebcc_molecule(text):
     func, kwargs = cc._load_function("update_amps", eris=eris, amplitudes=amps)
     res = func(**kwargs)
     got = evaluate_text(text, arrays, no, nv)
-    want = {"R1": res["t1new"].T, "R2": res["t2new"].transpose(2, 3, 0, 1),
-            "R3": res["t3new"].transpose(3, 4, 5, 0, 1, 2), "E": cc.energy(eris=eris, amplitudes=amps)}
+    want = {"E": cc.energy(eris=eris, amplitudes=amps), "R1": res["t1new"].T,
+            "R2": res["t2new"].transpose(2, 3, 0, 1),
+            "R3": res["t3new"].transpose(3, 4, 5, 0, 1, 2)}
     for name in RESULTS:
         assert relative_difference(got[name], want[name]) < 1e-12, name
         assert np.abs(want[name]).max() > 1e-3, name        # not a vacuous comparison
