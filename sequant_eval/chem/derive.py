@@ -19,6 +19,10 @@ antisymmetric slot pairs of ``g`` and ``t2`` sorted), like terms are merged
 with exact rational coefficients, and the result is built as expression IR
 (``sequant_eval.expr``: Equation, Product, Tensor, Index) and printed deterministically
 with the expression printer.
+
+CCSDT (``data/ccsdt_so.txt``, :func:`derive_ccsdt_text`) is out of ``wicks``' reach and is
+derived by the direct contraction engine of :mod:`sequant_eval.chem.wick` (which also
+reproduces this module's CCSD text exactly), R2 and R3 as antisymmetrizer terms.
 """
 from __future__ import annotations
 
@@ -392,13 +396,19 @@ def regenerate_ccsdt(path: str | Path | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sequant_eval.chem.derive [path]``: regenerate the equation files."""
+    """``python -m sequant_eval.chem.derive [path]``: regenerate the equation files (with a
+    ``path``, only the CCSD file there and its closed-shell spin trace beside it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=None,
-                        help=f"output file (default: {DATA_PATH})")
+                        help=f"CCSD output file (default: {DATA_PATH}, and CCSDT to "
+                             f"{CCSDT_PATH})")
     args = parser.parse_args(argv)
     regenerate(args.path)
-    print(f"wrote {args.path or DATA_PATH} and its closed-shell spin trace")
+    if args.path is None:
+        regenerate_ccsdt()
+        print(f"wrote {DATA_PATH}, its closed-shell spin trace and {CCSDT_PATH}")
+    else:
+        print(f"wrote {args.path} and its closed-shell spin trace")
     return 0
 
 

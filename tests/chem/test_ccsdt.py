@@ -1,8 +1,9 @@
 """Spin-orbital CCSDT through the chemistry front end (``CCSDT(mf)``, ``ccsd --method ccsdt``).
 
-Oracle: PySCF's ``pyscf.cc.rccsdt.RCCSDT`` on the same closed-shell RHF, computed here (a
-closed shell has one CCSDT energy whichever equations reach it); the residual's layouts
-against the test's einsum reader of the packaged text (tests/chem/ccsdt_oracles.py).
+Oracles: PySCF's ``pyscf.cc.rccsdt.RCCSDT`` on the same closed-shell RHF, computed here (a
+closed shell has one CCSDT energy whichever equations reach it); ebcc's GEBCC CCSDT on an
+open-shell UHF; the residual's layouts against the test's einsum reader of the packaged
+text (tests/chem/ccsdt_oracles.py).
 """
 from __future__ import annotations
 
@@ -83,6 +84,21 @@ def test_residual_layouts():
                                atol=1e-12 * np.abs(want["R2"]).max())
     np.testing.assert_allclose(r3, want["R3"].transpose(3, 4, 5, 0, 1, 2), rtol=0,
                                atol=1e-12 * np.abs(want["R3"]).max())
+
+
+def test_open_shell_matches_ebcc():
+    """OH radical/STO-3G, UHF reference (taken through GHF): the converged energy equals
+    ebcc ``GEBCC(ansatz="CCSDT")``'s on the same UHF to 1e-8."""
+    ebcc = pytest.importorskip("ebcc")
+    mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0))
+    mf.run(conv_tol=1e-12)
+    ref = ebcc.GEBCC(mf, ansatz="CCSDT", log=ebcc.NullLogger())
+    ref.options.e_tol, ref.options.t_tol = 1e-10, 1e-8
+    ref.kernel()
+    assert ref.converged
+    cc = CCSDT(mf, conv_tol=1e-10, conv_tol_normt=1e-8).run()
+    assert cc.converged and cc.nocc == 9 and cc.nvir == 3
+    assert abs(cc.e_corr - ref.e_corr) < 1e-8
 
 
 def test_refusals_name_the_way_out(tmp_path):
