@@ -50,7 +50,7 @@ _REDUCE_US = 1.0e-3           # per element of a partial-product temporary (writ
 _STRIDED_US = 4e-3            # per element of a vector read with a non-unit stride (a cache line)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ArrayView:
     """An array as ``np.matmul`` sees it: a shape and element strides over a contiguous buffer.
 
@@ -72,7 +72,7 @@ class ArrayView:
         return self.perm is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContractPlan:
     """How one contraction value is computed; built once, executed every evaluation."""
 
@@ -240,7 +240,27 @@ def _multiply_plan(value: Value, extent: dict[int, int], out_shape, flops,
 def plan_contraction(value: Value, left: Value, right: Value,
                      extents: Sequence[int], left_extents: Sequence[int],
                      right_extents: Sequence[int]) -> ContractPlan:
-    """Plan ``value = left · right`` given the extent of every mode of the three arrays."""
+    """Plan ``value = left · right`` given the extent of every mode of the three arrays.
+
+    Remembered by what decides it (the value's id and mode labels, the three shapes): the
+    schedule stage asks again for every schedule it analyses, mostly the same shapes."""
+    key = (value.id, value.left.modes, value.right.modes, value.result, tuple(extents),
+           tuple(left_extents), tuple(right_extents))
+    got = _PLANS.get(key)
+    if got is None:
+        if len(_PLANS) >= _REMEMBERED:
+            _PLANS.clear()
+        got = _PLANS[key] = _plan_contraction(value, extents, left_extents, right_extents)
+    return got
+
+
+#: How many kernel plans are remembered (a plan is a few hundred bytes).
+_REMEMBERED = 8192
+_PLANS: dict[tuple, ContractPlan] = {}
+
+
+def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequence[int],
+                      right_extents: Sequence[int]) -> ContractPlan:
     a, b, r = value.left.modes, value.right.modes, value.result
     extent = dict(zip(a, left_extents)) | dict(zip(b, right_extents))
     flops = 2 * prod(extent.values())

@@ -9,6 +9,7 @@ from ..forest.values import Forest, TermTree
 from ..units import format_budget, format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
+from .menu import TermMenu
 from .policy import BatchPolicy
 from .regime import Regime
 from .sizes import Sizer
@@ -89,31 +90,41 @@ def _term_plan(value: int, tree: TermTree, config: dict, sizer: Sizer, prof,
 ExactPeak = Callable[[TermPlan, tuple[Loop, ...]], int]
 
 
-class _Infeasible(Exception):
-    def __init__(self, min_peak: int) -> None:
-        self.min_peak = min_peak
-
-
 class TermPlanner:
-    """Plans single terms under a budget; remembers every (term, budget) it has solved.
+    """Plans single terms under a budget, through one ``TermMenu`` per term.
 
     The DP ranks realizations by its profile model. ``exact``, when given, measures a term
     plan as actually scheduled (the schedule stage passes its static sweep): a term tree
     that reads one form twice keeps it live in between, which the tree model cannot see.
-    Candidates are then tried in order of preference until one truly fits.
+    Candidates are then tried in order of preference until one truly fits. ``menus``
+    (term value → TermMenu) may be shared by planners of the same forest, regime and
+    policy that differ only in the budget: the DP and every exact peak are then computed
+    once for all of them.
     """
 
     def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
-                 exact: ExactPeak | None = None, progress=None) -> None:
+                 exact: ExactPeak | None = None, progress=None,
+                 menus: dict[int, TermMenu] | None = None) -> None:
         self.progress = progress
         self.forest = forest
         self.extents = extents
         self.policy = policy
         self.sizer = Sizer(extents, policy)
         self.exact = exact
-        self.dps: dict[int, TermDP] = {}
-        self.memo: dict[tuple[int, float], tuple[TermPlan, list[Loop]] | int] = {}
-        self.min_peak: dict[int, int] = {}
+        self.menus: dict[int, TermMenu] = {} if menus is None else menus
+
+    @property
+    def min_peak(self) -> dict[int, int]:
+        """Term value → its least exact peak, for the terms whose DP has run."""
+        return {v: m.min_peak for v, m in self.menus.items() if m.solved}
+
+    def menu(self, value: int) -> TermMenu:
+        """The term's menu (made on first use)."""
+        got = self.menus.get(value)
+        if got is None:
+            got = self.menus[value] = TermMenu(value, self.forest.trees[value], self.sizer,
+                                               self.policy, self._realize)
+        return got
 
     def _realize(self, value: int, config: dict, prof, base_flops: int):
         tp, new = _term_plan(value, self.forest.trees[value], config, self.sizer, prof,
@@ -121,48 +132,6 @@ class TermPlanner:
         if self.exact is not None:
             tp = replace(tp, peak_bytes=self.exact(tp, tuple(new)))
         return tp, new
-
-    def plan_term(self, value: int, budget: float) -> tuple[TermPlan, list[Loop]]:
-        """The term's plan with loop ids from 0; raises _Infeasible(min peak)."""
-        key = (value, budget)
-        if key not in self.memo:
-            try:
-                self.memo[key] = self._solve(value, budget)
-            except _Infeasible as err:
-                self.memo[key] = err.min_peak
-        got = self.memo[key]
-        if isinstance(got, int):
-            raise _Infeasible(got)
-        return got
-
-    def _solve(self, value: int, budget: float):
-        tree = self.forest.trees[value]
-        dp = self.dps.setdefault(value, TermDP(tree, self.sizer, self.policy))
-        default = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
-                   if node.children}
-        base = dp.profile_of(default)
-        tp, new = self._realize(value, default, base, base.flops)
-        if not self.policy.finite or tp.peak_bytes <= budget:
-            return replace(tp, min_peak_bytes=min(tp.peak_bytes, self.min_peak.get(value, tp.peak_bytes))), new
-        cands = sorted(dp.solve(tree.root),
-                       key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
-        least = min(cands, key=lambda c: (c.peak, c.profile.flops))
-        config = dict(default)
-        config.update({n: (o, f) for n, o, f in least.config})
-        smallest = self._realize(value, config, least.profile, base.flops)
-        if value not in self.min_peak:
-            self.min_peak[value] = min(tp.peak_bytes, smallest[0].peak_bytes)
-        for c in cands:
-            if c.peak > 2 * budget:
-                continue
-            config = dict(default)
-            config.update({n: (o, f) for n, o, f in c.config})
-            trial, loops = self._realize(value, config, c.profile, base.flops)
-            if trial.peak_bytes <= budget:
-                return replace(trial, min_peak_bytes=self.min_peak[value]), loops
-        if smallest[0].peak_bytes <= budget:    # the model ranks; the exact peak decides
-            return replace(smallest[0], min_peak_bytes=self.min_peak[value]), smallest[1]
-        raise _Infeasible(self.min_peak[value])
 
     def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
         """Every term under its budget (default: the policy's); InfeasibleBudget otherwise."""
@@ -174,12 +143,13 @@ class TermPlanner:
             if self.progress is not None:
                 self.progress("planning terms", k, len(values))
             own = budgets.get(value, budget) if budgets else budget
-            try:
-                tp, new = self.plan_term(value, own)
-            except _Infeasible as err:
-                if worst is None or err.min_peak > worst[0]:
-                    worst = (err.min_peak, self.forest.trees[value].where)
+            menu = self.menu(value)
+            got = menu.choose(own, not self.policy.finite)
+            if got is None:
+                if worst is None or menu.min_peak > worst[0]:
+                    worst = (menu.min_peak, self.forest.trees[value].where)
                 continue
+            tp, new = got
             shift = len(loops)
             new = [replace(l, id=l.id + shift) for l in new]
             tp = replace(tp, opens=tuple(tuple(i + shift for i in o) for o in tp.opens))

@@ -76,6 +76,53 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
     return _drop_unread(canon, out)
 
 
+def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
+    """``_canonical(forms, uf)[0]`` without building the rewritten forms: the same keys as
+    tuples (fusion compares operands by these ids after every fusion it keeps)."""
+    f = uf.find
+    leaf = FormKind.LEAF
+    canon: list[int] = []
+    index: dict[tuple, int] = {}
+    alias: dict[int, int] = {}
+    links: list[tuple[tuple[int, ...], int]] = []      # per new form: operands, source
+    sums: list[int] = []
+    for form in forms:
+        sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
+        partial = tuple(f(l) for l in form.partial)
+        scope = tuple(f(l) for l in form.scope)
+        operands = tuple(canon[o] for o in form.operands)
+        source = canon[form.source] if form.source >= 0 else -1
+        via = f(form.via) if form.via >= 0 else -1
+        also = tuple(f(l) for l in form.also)
+        if form.kind is leaf:
+            key = (form.kind, form.value, sliced, partial, scope, operands, source, via,
+                   form.owner, also)
+        else:
+            key = (form.kind, form.value, sliced, partial, scope,
+                   tuple(alias.get(o, o) for o in operands), source, via, form.owner, also)
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(links)
+            links.append((operands, source))
+            if form.kind is FormKind.SUM:
+                sums.append(k)
+            if form.kind is leaf:
+                alias[k] = index.setdefault(key[:8] + (-1,) + key[9:], k)
+        canon.append(k)
+    keep: set[int] = set()                         # drop_unread, on the links alone
+    stack = sums
+    while stack:
+        k = stack.pop()
+        if k in keep:
+            continue
+        keep.add(k)
+        stack.extend(links[k][0])
+        if links[k][1] >= 0:
+            stack.append(links[k][1])
+    new = {old: n for n, old in enumerate(sorted(keep))}
+    return [new.get(c, -1) for c in canon]
+
+
 def _drop_unread(canon: list[int], forms: list[Form]) -> tuple[list[int], list[Form]]:
     new, out = drop_unread(forms, [f.id for f in forms if f.kind is FormKind.SUM])
     return [new.get(c, -1) for c in canon], out
@@ -149,7 +196,7 @@ def _fuse(forms: list[Form], loops, accept) -> _UnionFind:
             if other.term == form.term:
                 continue
             if canon is None:
-                canon, _ = _canonical(forms, uf)
+                canon = _canonical_ids(forms, uf)
             if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
                 continue
             if other.source >= 0 and canon[other.source] != canon[form.source]:

@@ -14,11 +14,13 @@ in InfeasibleBudget; any budget at or above it fits.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import InfeasibleBudget
 from ..forest.values import Forest
+from ..plan.menu import TermMenu
 from ..plan.planner import BatchPlan, TermPlanner
 from ..plan.policy import BatchPolicy
 from ..units import format_budget, format_bytes
@@ -29,30 +31,112 @@ __all__ = ["fit_forest", "minimum_budget", "lower_bound"]
 _ROUNDS = 40
 
 
-def _attempt(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
-             planner: TermPlanner) -> tuple[ScheduleAnalysis | None, int]:
+@dataclass(frozen=True)
+class _Verdict:
+    """What the fitter needs from a schedule's sweep: its peak, the term evaluated at the
+    binding point (None: the equation sums) and that term's own bytes live there."""
+
+    peak: int
+    term: int | None
+    own: int
+
+
+class _Fitting:
+    """What the fitter remembers for one forest, regime and policy (its budget aside): the
+    term menus (each term's DP and exact peaks, shared by every budget), the verdict on
+    every plan it has scheduled, the unbatched and least-peak schedules and the minimum.
+
+    Probing many budgets then costs one sweep per *distinct* plan, not per probe."""
+
+    def __init__(self, forest: Forest, extents, policy: BatchPolicy) -> None:
+        self.forest = forest
+        self.extents = extents
+        self.policy = policy
+        self.exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
+        self.menus: dict[int, TermMenu] = {}
+        self.verdicts: dict[tuple, _Verdict] = {}
+        self.kept: dict[tuple, ScheduleAnalysis] = {}    # the latest analyses, by plan
+        self.top: ScheduleAnalysis | None = None
+        self.least: tuple[ScheduleAnalysis | None] | None = None
+        self.minimum: tuple[int, ScheduleAnalysis] | None = None
+
+    def planner(self, policy: BatchPolicy, progress=None) -> TermPlanner:
+        """A planner under ``policy`` (this one's but for the budget) that shares this
+        forest's term menus."""
+        return TermPlanner(self.forest, self.extents, policy, self.exact, progress,
+                           self.menus)
+
+    def analyze(self, plan: BatchPlan) -> ScheduleAnalysis:
+        """The schedule of ``plan`` (the last few are remembered)."""
+        key = _signature(plan)
+        got = self.kept.pop(key, None)
+        if got is None:
+            got = analyze_schedule(self.forest, plan)
+            self.verdicts[key] = _verdict(got)
+        self.kept[key] = got
+        if got.plan is not plan:          # the same loops, planned under another budget
+            got = replace(got, plan=plan)
+        while len(self.kept) > 2:
+            del self.kept[next(iter(self.kept))]
+        return got
+
+    def verdict(self, plan: BatchPlan) -> _Verdict:
+        """The verdict on ``plan``, scheduling it only if it is new."""
+        got = self.verdicts.get(_signature(plan))
+        return got if got is not None else _verdict(self.analyze(plan))
+
+
+def _signature(plan: BatchPlan) -> tuple:
+    """Identity of a plan for the fitter: every term's loops and child order, the loops."""
+    return (plan.share_leaves, plan.loops,
+            tuple((t.value, t.opens, t.first) for t in plan.terms))
+
+
+def _verdict(a: ScheduleAnalysis) -> _Verdict:
+    b = a.profile.binding_point
+    term = _active_term(a, b)
+    own = 0
+    if term is not None:
+        own = sum(c.footprint for c in a.cells if c.first <= b <= c.last
+                  and a.rich.forms[c.form].term == term) + a.transient().get(b, 0)
+    return _Verdict(a.peak_bytes, term, own)
+
+
+_FITTINGS: dict[tuple, _Fitting] = {}
+
+
+def _fitting(forest: Forest, extents, policy: BatchPolicy) -> _Fitting:
+    """The fitter's memory for this forest and policy (dropped with the forest)."""
+    key = _key(forest, extents, policy)
+    got = _FITTINGS.get(key)
+    if got is None or got.forest is not forest:
+        got = _FITTINGS[key] = _Fitting(forest, extents, replace(policy, budget=math.inf))
+        weakref.finalize(forest, _FITTINGS.pop, key, None)
+    return got
+
+
+def _attempt(fit: _Fitting, policy: BatchPolicy,
+             progress=None) -> tuple[ScheduleAnalysis | None, int]:
     """Try to fit; returns (analysis or None, the best swept peak seen)."""
     budget = policy.budget_bytes
-    budgets = {v: budget for v in forest.trees}
+    planner = fit.planner(policy, progress)
+    budgets = {v: budget for v in fit.forest.trees}
     best = None
     for _ in range(_ROUNDS):
         try:
             plan = replace(planner.plan(budgets), share_leaves=False)
         except InfeasibleBudget:
             return None, best if best is not None else budget
-        a = analyze_schedule(forest, plan)
-        if best is None or a.peak_bytes < best:
-            best = a.peak_bytes
-        if a.peak_bytes <= budget:
-            return a, a.peak_bytes
-        b = a.profile.binding_point
-        term = _active_term(a, b)
+        v = fit.verdict(plan)
+        if best is None or v.peak < best:
+            best = v.peak
+        if v.peak <= budget:
+            return fit.analyze(plan), v.peak
+        term = v.term
         if term is None:
             return None, best
-        own = sum(c.footprint for c in a.cells if c.first <= b <= c.last
-                  and a.rich.forms[c.form].term == term) + a.transient().get(b, 0)
-        target = min(budget - (a.peak_bytes - own), budgets[term] - 1)
-        if target < planner.min_peak.get(term, 0) or target <= 0:
+        target = min(budget - (v.peak - v.own), budgets[term] - 1)
+        if target < (planner.menu(term).known_min_peak() or 0) or target <= 0:
             return None, best
         budgets[term] = target
     return None, best
@@ -78,9 +162,6 @@ def lower_bound(forest: Forest, extents, policy: BatchPolicy) -> int:
 #: Relative width of the budget grid the minimum is searched on.
 GRID = 0.02
 
-_MINIMA: dict[tuple, tuple[int, ScheduleAnalysis]] = {}
-
-
 def _key(forest: Forest, extents, policy: BatchPolicy) -> tuple:
     regime = tuple(sorted(getattr(extents, "extents", extents).items()))
     moments = tuple(sorted(getattr(extents, "moments", {}).items()))
@@ -95,16 +176,13 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
 
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
     per forest and policy (a second refusal is instant)."""
-    key = _key(forest, extents, policy)
-    hit = _MINIMA.get(key)
-    if hit is not None and hit[1].forest is forest:
-        return hit
-    exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
-    top = analyze_schedule(forest, replace(TermPlanner(forest, extents, BatchPolicy(),
-                                                       exact).plan(), share_leaves=False))
+    fit = _fitting(forest, extents, policy)
+    if fit.minimum is not None:
+        return fit.minimum
+    top = _top(fit)
     floor = max(1, lower_bound(forest, extents, policy))
     best = top
-    least = _least(forest, extents, policy, exact)      # every term at its least peak
+    least = _least(fit)                                 # every term at its least peak
     if least is not None and least.peak_bytes < best.peak_bytes:
         best = least
 
@@ -118,8 +196,7 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
         if progress is not None:
             progress("searching the minimum", rounds, rounds + math.ceil(math.log2(hi - lo)))
         rounds += 1
-        p = replace(policy, budget=floor * (1 + GRID) ** mid)
-        ok, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
+        ok, _ = _attempt(fit, replace(policy, budget=floor * (1 + GRID) ** mid))
         if ok is None:
             lo = mid
         else:                     # its own peak is feasible too: the bracket may shrink more
@@ -129,26 +206,32 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
     need = best.peak_bytes
     # the same budget planned the usual way (fewest flops, then fewest loops) often fits
     # too, with far fewer loops than every term at its least peak
-    p = replace(policy, budget=need)
-    lean, _ = _attempt(forest, extents, p, TermPlanner(forest, extents, p, exact))
+    lean, _ = _attempt(fit, replace(policy, budget=need))
     if lean is not None and lean.peak_bytes <= need and lean.flops <= best.flops:
         best = lean
-    _MINIMA[key] = (need, best)
-    return need, best
+    fit.minimum = (need, best)
+    return fit.minimum
 
 
-def _least(forest: Forest, extents, policy: BatchPolicy, exact) -> ScheduleAnalysis | None:
+def _top(fit: _Fitting) -> ScheduleAnalysis:
+    """The unbatched schedule, leaves fetched per term (the search's upper end)."""
+    if fit.top is None:
+        unbatched = BatchPolicy(itemsize=fit.policy.itemsize)
+        fit.top = analyze_schedule(fit.forest, replace(TermPlanner(
+            fit.forest, fit.extents, unbatched, fit.exact).plan(), share_leaves=False))
+    return fit.top
+
+
+def _least(fit: _Fitting) -> ScheduleAnalysis | None:
     """The schedule with every term planned at its own least peak (a candidate minimum)."""
-    planner = TermPlanner(forest, extents, replace(policy, budget=1), exact)
-    try:
-        planner.plan()
-    except InfeasibleBudget:
-        pass
-    budgets = {v: planner.min_peak.get(v, 1) for v in forest.trees}
-    try:
-        return analyze_schedule(forest, replace(planner.plan(budgets), share_leaves=False))
-    except InfeasibleBudget:
-        return None
+    if fit.least is None:
+        planner = fit.planner(replace(fit.policy, budget=1))
+        budgets = {v: planner.menu(v).min_peak for v in fit.forest.trees}
+        try:
+            fit.least = (fit.analyze(replace(planner.plan(budgets), share_leaves=False)),)
+        except InfeasibleBudget:
+            fit.least = (None,)
+    return fit.least[0]
 
 
 def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
@@ -158,14 +241,15 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     A budget at or above ``minimum_budget`` always fits (feasibility is monotone); below
     it the fitter tries the budget itself first, and refuses with the minimum named.
     ``progress(what, done, total)`` is called as planning proceeds (for a progress bar)."""
-    exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
-    planner = TermPlanner(forest, extents, policy, exact, progress)
     if not policy.finite:
-        return analyze_schedule(forest, planner.plan())
+        exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
+        return analyze_schedule(forest, TermPlanner(forest, extents, policy, exact,
+                                                    progress).plan())
     budget = policy.budget_bytes
     floor = lower_bound(forest, extents, policy)
+    fit = _fitting(forest, extents, policy)
     if budget >= floor:
-        found, _ = _attempt(forest, extents, policy, planner)
+        found, _ = _attempt(fit, policy, progress)
         if found is not None:
             return found
     if budget < floor:                    # hopeless: refused at once, minimum on demand

@@ -1,0 +1,114 @@
+"""One term's realizations for every budget at once: the DP solved once, each exact peak
+measured once.
+
+The per-term DP's Pareto set does not depend on the budget; only the choice among its
+realizations does. A ``TermMenu`` keeps them in order of preference (fewest flops, then
+fewer loops, then lower model peak) and answers a budget with the first one whose model
+peak is within twice the budget and whose exact peak (the term scheduled alone) fits,
+else the least-peak one if it fits. The exact peak of a realization is measured when a
+budget first needs it and reused by every later budget, so a fitter that probes many
+budgets pays the DP and each exact peak once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..forest.values import TermTree
+from .dp import Candidate, TermDP, walk_first
+from .policy import BatchPolicy
+from .sizes import Sizer
+
+__all__ = ["TermMenu", "Realized"]
+
+#: A realized choice: the term plan (loop ids from 0, exact peak) and its loops.
+Realized = tuple  # (TermPlan, list[Loop])
+
+
+class TermMenu:
+    """The realizations of one term tree under one policy (its budget aside)."""
+
+    def __init__(self, value: int, tree: TermTree, sizer: Sizer, policy: BatchPolicy,
+                 realize: Callable[[int, dict, object, int], Realized]) -> None:
+        self.value = value
+        self.tree = tree
+        self.policy = policy
+        self._realize = realize
+        self.dp = TermDP(tree, sizer, policy)
+        self.default_config = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
+                               if node.children}
+        self.base = self.dp.profile_of(self.default_config)
+        self._default: Realized | None = None
+        self._cands: list[Candidate] | None = None
+        self._least = -1
+        self._realized: dict[int, Realized] = {}
+
+    @property
+    def default(self) -> Realized:
+        """The unbatched realization (no loops, the unbatched walk's child order)."""
+        if self._default is None:
+            self._default = self._realize(self.value, self.default_config, self.base,
+                                          self.base.flops)
+        return self._default
+
+    @property
+    def solved(self) -> bool:
+        """Whether the DP has run (the least peak is known)."""
+        return self._cands is not None
+
+    def _solve(self) -> list[Candidate]:
+        if self._cands is None:
+            cands = sorted(self.dp.solve(self.tree.root),
+                           key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
+            least = min(cands, key=lambda c: (c.peak, c.profile.flops))
+            self._least = next(k for k, c in enumerate(cands) if c is least)
+            self._cands = cands
+            self.dp.memo.clear()          # the inner Pareto sets are not needed again
+        return self._cands
+
+    def realized(self, k: int) -> Realized:
+        """Candidate ``k`` (in order of preference) as a term plan with its exact peak."""
+        got = self._realized.get(k)
+        if got is None:
+            c = self._solve()[k]
+            config = dict(self.default_config)
+            config.update({n: (o, f) for n, o, f in c.config})
+            got = self._realized[k] = self._realize(self.value, config, c.profile,
+                                                    self.base.flops)
+        return got
+
+    @property
+    def smallest(self) -> Realized:
+        """The realization of least model peak (ties: fewer flops), exact peak measured."""
+        self._solve()
+        return self.realized(self._least)
+
+    @property
+    def min_peak(self) -> int:
+        """The least exact peak the menu promises: the unbatched one or the smallest's."""
+        return min(self.default[0].peak_bytes, self.smallest[0].peak_bytes)
+
+    def known_min_peak(self) -> int | None:
+        """``min_peak`` if the DP has run, else None (nothing is computed)."""
+        return self.min_peak if self.solved else None
+
+    def choose(self, budget: float, unlimited: bool = False) -> Realized | None:
+        """The preferred realization within ``budget``, or None when none fits;
+        ``unlimited``: the unbatched one whatever its peak."""
+        tp = self.default[0]
+        if unlimited or tp.peak_bytes <= budget:
+            known = self.known_min_peak()
+            return replace(tp, min_peak_bytes=min(tp.peak_bytes, known if known is not None
+                                                  else tp.peak_bytes)), self.default[1]
+        cands = self._solve()
+        least = self.min_peak
+        for k, c in enumerate(cands):
+            if c.peak > 2 * budget:
+                continue
+            trial, loops = self.realized(k)
+            if trial.peak_bytes <= budget:
+                return replace(trial, min_peak_bytes=least), loops
+        small = self.smallest
+        if small[0].peak_bytes <= budget:   # the model ranks; the exact peak decides
+            return replace(small[0], min_peak_bytes=least), small[1]
+        return None
