@@ -19,6 +19,7 @@ from ..forest.values import TermTree
 from .loops import LoopKind, Open
 from .policy import BatchPolicy
 from .profile import Profile, leaf_profile, node_profile
+from .regime import footprint_bytes
 from .sizes import Sizer
 
 __all__ = ["Candidate", "TermDP", "prefix_for", "walk_first"]
@@ -57,7 +58,12 @@ def walk_first(tree: TermTree, n: int) -> int:
 
 class TermDP:
     """The per-term dynamic program over (node, enclosing loop chain) choosing loops,
-    nesting and child order."""
+    nesting and child order.
+
+    Internally a loop a node may open is a small integer (an index into ``self.opens``) and
+    a set of labels a bit mask, so the DP's inner loop hashes tuples of integers; footprints
+    are remembered per (node, sliced labels). The results are those of the plain rules
+    that the public methods (``combine``, ``profile_of``) spell out."""
 
     def __init__(self, tree: TermTree, sizer: Sizer, policy: BatchPolicy) -> None:
         self.tree = tree
@@ -65,7 +71,62 @@ class TermDP:
         self.policy = policy
         self.labels = [frozenset(node.labels) for node in tree.nodes]
         self.external = self.labels[tree.root]
-        self.memo: dict[tuple[int, tuple[Open, ...]], list[Candidate]] = {}
+        self.memo: dict[tuple[int, tuple[int, ...]], list[Candidate]] = {}
+        every = sorted({ix for node in tree.nodes for ix in node.labels})
+        self._bit = {ix: 1 << k for k, ix in enumerate(every)}
+        self._mask = [self._mask_of(node.labels) for node in tree.nodes]
+        self._opens: list[Open] = []
+        self._open_id: dict[Open, int] = {}
+        self._obit: list[int] = []            # per open: its label's bit
+        self._oext: list[bool] = []           # per open: external kind
+        self._obatches: list[int] = []        # per open: batches of its loop
+        self._footprints: dict[tuple[int, int], int] = {}
+        self._full_flops: dict[int, int] = {}
+        self._menu: dict[int, tuple[list[int], list[int]]] = {}   # node → (contracted, external)
+
+    # -- integer views ------------------------------------------------------------------------
+    def _mask_of(self, labels) -> int:
+        m = 0
+        for ix in labels:
+            m |= self._bit.get(ix, 0)
+        return m
+
+    def _oid(self, o: Open) -> int:
+        k = self._open_id.get(o)
+        if k is None:
+            k = self._open_id[o] = len(self._opens)
+            self._opens.append(o)
+            self._obit.append(self._bit.get(o.label, 0))
+            self._oext.append(o.kind is LoopKind.EXTERNAL)
+            self._obatches.append(self.sizer.nbatches(o.label))
+        return k
+
+    def _ids(self, chain: tuple[Open, ...]) -> tuple[int, ...]:
+        return tuple(self._oid(o) for o in chain)
+
+    def _footprint(self, n: int, sliced: int) -> int:
+        """Bytes of node n's array with the labels in mask ``sliced`` at block extent."""
+        key = (n, sliced)
+        got = self._footprints.get(key)
+        if got is None:
+            labels = self.tree.nodes[n].labels
+            full = self.sizer.regime.label_sizes(labels)
+            sizes = [self.sizer.block(ix) if self._bit[ix] & sliced else x
+                     for ix, x in zip(labels, full)]
+            got = self._footprints[key] = footprint_bytes(sizes, self.sizer.itemsize)
+        return got
+
+    def _sliced_mask(self, n: int, chain: tuple[int, ...]) -> int:
+        m = 0
+        for i in chain:
+            m |= self._obit[i]
+        return m & self._mask[n]
+
+    def _prefix(self, chain: tuple[int, ...], mask: int) -> tuple[int, ...]:
+        for k in range(len(chain) - 1, -1, -1):
+            if self._obit[chain[k]] & mask:
+                return chain[: k + 1]
+        return ()
 
     # -- shared pieces ------------------------------------------------------------------------
     def involved(self, n: int) -> frozenset[Index]:
@@ -75,10 +136,18 @@ class TermDP:
 
     def contraction_flops(self, n: int, chain: tuple[Open, ...]) -> int:
         """2·multiply-adds of node n, times the batches of enclosing loops it does not use."""
-        involved = self.involved(n)
-        full = 2 * prod(self.sizer.sizes(sorted(involved)))
-        return full * prod(self.sizer.nbatches(o.label) for o in chain
-                           if o.label not in involved)
+        return self._flops(n, self._ids(chain))
+
+    def _flops(self, n: int, chain: tuple[int, ...]) -> int:
+        full = self._full_flops.get(n)
+        if full is None:
+            full = self._full_flops[n] = 2 * prod(self.sizer.sizes(sorted(self.involved(n))))
+        u, v = self.tree.nodes[n].children
+        involved = self._mask[u] | self._mask[v]
+        for i in chain:
+            if not self._obit[i] & involved:
+                full *= self._obatches[i]
+        return full
 
     def sliced(self, n: int, chain: tuple[Open, ...]) -> set[Index]:
         """Labels of node n that an enclosing loop of ``chain`` slices to a block."""
@@ -88,13 +157,17 @@ class TermDP:
                 kids: tuple[Profile, Profile]) -> Profile:
         """Node n's profile from its children's, opening ``opens`` under ``ctx`` with child
         ``first`` run first: its loops' accumulators and the per-batch part included."""
+        return self._combine(n, self._ids(ctx), self._ids(opens), first, kids)
+
+    def _combine(self, n: int, ctx: tuple[int, ...], opens: tuple[int, ...], first: int,
+                 kids: tuple[Profile, Profile]) -> Profile:
         chain = ctx + opens
-        labels = self.tree.nodes[n].labels
-        part = self.sizer.bytes(labels, self.sliced(n, chain))
+        part = self._footprint(n, self._sliced_mask(n, chain))
         # after the j-th own loop closes the node exists in this form, allocated when that
         # block opens; consecutive external loops scatter jointly into one destination
-        accs = tuple(0 if j and opens[j - 1].kind is opens[j].kind is LoopKind.EXTERNAL
-                     else self.sizer.bytes(labels, self.sliced(n, chain[: len(ctx) + j]))
+        depth = len(ctx)
+        accs = tuple(0 if j and self._oext[opens[j - 1]] and self._oext[opens[j]]
+                     else self._footprint(n, self._sliced_mask(n, chain[: depth + j]))
                      for j in range(len(opens)))
         if opens and n == self.tree.root and not ctx:
             # a term result assembled at top level is added into its equation's sum batch by
@@ -103,7 +176,7 @@ class TermDP:
         if opens and self.policy.accumulation_factor != 1.0:
             part = int(part * self.policy.accumulation_factor)
         a, b = (kids[0], kids[1]) if first == 0 else (kids[1], kids[0])
-        return node_profile(a, b, len(ctx), accs, part, self.contraction_flops(n, chain))
+        return node_profile(a, b, depth, accs, part, self._flops(n, chain))
 
     def profile_of(self, config: dict[int, tuple[tuple[Open, ...], int]],
                    n: int | None = None, ctx: tuple[Open, ...] = ()) -> Profile:
@@ -122,47 +195,61 @@ class TermDP:
     def candidates(self, n: int, ctx: tuple[Open, ...]) -> list[Open]:
         """Loops node n may open under ``ctx``: summed modes (contracted) and the term's open
         modes not yet looped (external), in batchable spaces of more than one batch."""
-        out = []
+        return [self._opens[i] for i in self._candidates(n, self._ids(ctx))]
+
+    def _candidates(self, n: int, ctx: tuple[int, ...]) -> list[int]:
         if len(ctx) >= self.policy.max_loops:
-            return out
-        taken = {o.label for o in ctx}
-        involved = self.involved(n)
-        for ix in sorted(involved - self.labels[n]):
-            if (not ix.protos and ix.space in self.policy.contracted
-                    and self.sizer.nbatches(ix) > 1):
-                out.append(Open(ix, LoopKind.CONTRACTED))
-        for ix in sorted(self.labels[n] & self.external):
-            if (not ix.protos and ix.space in self.policy.external and ix not in taken
-                    and self.sizer.nbatches(ix) > 1):
-                out.append(Open(ix, LoopKind.EXTERNAL))
-        return out
+            return []
+        menu = self._menu.get(n)
+        if menu is None:
+            involved = self.involved(n)
+            contracted = [self._oid(Open(ix, LoopKind.CONTRACTED))
+                          for ix in sorted(involved - self.labels[n])
+                          if (not ix.protos and ix.space in self.policy.contracted
+                              and self.sizer.nbatches(ix) > 1)]
+            external = [self._oid(Open(ix, LoopKind.EXTERNAL))
+                        for ix in sorted(self.labels[n] & self.external)
+                        if (not ix.protos and ix.space in self.policy.external
+                            and self.sizer.nbatches(ix) > 1)]
+            menu = self._menu[n] = (contracted, external)
+        taken = 0
+        for i in ctx:
+            taken |= self._obit[i]
+        return menu[0] + [i for i in menu[1] if not self._obit[i] & taken]
 
     def solve(self, n: int, ctx: tuple[Open, ...] = ()) -> list[Candidate]:
         """The Pareto set of node n's subtree under the enclosing chain ``ctx`` (memoized): every
         choice of opens, nesting and child order, dominated ones dropped."""
+        return self._solve(n, self._ids(ctx))
+
+    def _solve(self, n: int, ctx: tuple[int, ...]) -> list[Candidate]:
         key = (n, ctx)
-        if key in self.memo:
-            return self.memo[key]
+        got = self.memo.get(key)
+        if got is not None:
+            return got
         node = self.tree.nodes[n]
         if not node.children:
-            size = self.sizer.bytes(node.labels, self.sliced(n, ctx))
+            size = self._footprint(n, self._sliced_mask(n, ctx))
             result = [Candidate(leaf_profile(len(ctx), size), (), 0)]
             self.memo[key] = result
             return result
-        cands = self.candidates(n, ctx)
+        cands = self._candidates(n, ctx)
         room = self.policy.max_loops - len(ctx)
         options = [()] + [p for r in range(1, min(room, len(cands)) + 1)
                           for p in permutations(cands, r)]
         default_first = walk_first(self.tree, n)
+        u, v = node.children
         found: list[Candidate] = []
         for opens in options:
             chain = ctx + opens
-            fronts = [self.solve(c, prefix_for(chain, self.labels[c])) for c in node.children]
+            fu = self._solve(u, self._prefix(chain, self._mask[u]))
+            fv = self._solve(v, self._prefix(chain, self._mask[v]))
+            spelled = tuple(self._opens[i] for i in opens)
             for first in (default_first, 1 - default_first):
-                for cu in fronts[0]:
-                    for cv in fronts[1]:
-                        prof = self.combine(n, ctx, opens, first, (cu.profile, cv.profile))
-                        mine = ((n, opens, first),) if opens or first != default_first else ()
+                mine = ((n, spelled, first),) if opens or first != default_first else ()
+                for cu in fu:
+                    for cv in fv:
+                        prof = self._combine(n, ctx, opens, first, (cu.profile, cv.profile))
                         found.append(Candidate(prof, cu.config + cv.config + mine,
                                                cu.nloops + cv.nloops + len(opens)))
         result = _pareto(found)

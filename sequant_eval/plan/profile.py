@@ -65,6 +65,18 @@ def leaf_profile(depth: int, size: int) -> Profile:
     return Profile((0,) * depth + (size,), (0,) * depth, size, 0)
 
 
+def _cumulative(p: Profile, upto: int) -> list[int]:
+    """``[p.held(d) for d in range(upto + 1)]`` in one pass."""
+    out, run, hold, depth = [], 0, p.hold, len(p.hold)
+    for d in range(upto + 1):
+        if d < depth:
+            run += hold[d]
+            out.append(run)
+        else:
+            out.append(run + p.res)
+    return out
+
+
 def node_profile(first: Profile, second: Profile, depth: int, accumulators: tuple[int, ...],
                  part: int, flops: int) -> Profile:
     """Combine two children at a node whose result lands at level ``depth``.
@@ -74,17 +86,27 @@ def node_profile(first: Profile, second: Profile, depth: int, accumulators: tupl
     result of the innermost block (the result itself when the node opens no loop).
     """
     inner = depth + len(accumulators)
+    fh, sh = _cumulative(first, inner), _cumulative(second, inner)
+    fpk, spk = first.pk, second.pk
+    nf, ns = len(fpk), len(spk)
     pk = []
     for d in range(depth):
-        pk.append(max(first.peak_at(d) + second.held(d - 1),
-                      first.held(d) + second.peak_at(d)))
-    top = 0
+        a = (fpk[d] if d < nf else 0) + (sh[d - 1] if d else 0)
+        b = fh[d] + (spk[d] if d < ns else 0)
+        pk.append(a if a > b else b)
+    top, acc = 0, 0
     for d in range(depth, inner + 1):
-        acc = sum(accumulators[: d - depth])
-        top = max(top, first.peak_at(d) + second.held(d - 1) + acc,
-                  first.held(d) + second.peak_at(d) + acc)
-    top = max(top, first.held(inner) + second.held(inner) + part + sum(accumulators))
+        if d > depth:
+            acc += accumulators[d - depth - 1]
+        a = (fpk[d] if d < nf else 0) + (sh[d - 1] if d else 0) + acc
+        b = fh[d] + (spk[d] if d < ns else 0) + acc
+        top = max(top, a, b)
+    top = max(top, fh[inner] + sh[inner] + part + sum(accumulators))
     pk.append(top)
-    hold = tuple(first.held_at(d) + second.held_at(d) for d in range(depth))
+    fhold, shold = first.hold, second.hold
+    nfh, nsh = len(fhold), len(shold)
+    hold = tuple((fhold[d] if d < nfh else (first.res if d == nfh else 0))
+                 + (shold[d] if d < nsh else (second.res if d == nsh else 0))
+                 for d in range(depth))
     res = accumulators[0] if accumulators else part
     return Profile(tuple(pk), hold, res, first.flops + second.flops + flops)
