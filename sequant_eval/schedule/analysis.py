@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ..plan.regime import Regime
 from ..forest.values import Forest
 from ..plan.planner import BatchPlan
-from .boulevard import compute_dag_boulevard
+from .boulevard import boulevard_and_order
 from .rich import RichSchedule
 from .flops import schedule_flops
 from .ordered import OrderedSchedule, build_ordered_schedule
@@ -80,8 +80,9 @@ def term_peak(forest: Forest, plan: BatchPlan):
 def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     """Schedule a planned forest: loop fusion, sequencing, layouts, kernel scratch, liveness
     and the peak sweep."""
-    rich = compute_dag_boulevard(forest, plan)
-    ordered = build_ordered_schedule(rich)
+    rich, ordered = boulevard_and_order(forest, plan)
+    if ordered is None:
+        ordered = build_ordered_schedule(rich)      # raises: why it cannot be sequenced
     shapes = value_shapes(forest, plan.extents)
     points = schedule_points(ordered)
     cells = liveness(ordered, forest, shapes, plan.policy.itemsize, points)

@@ -49,7 +49,12 @@ class _UnionFind:
 
 
 def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]]:
-    """Rewrite forms with surviving loop ids, merge the ones that became equal."""
+    """Rewrite forms with surviving loop ids, merge the ones that became equal.
+
+    With no loop fused the forms are already canonical (``build_forms`` shares and drops
+    by the same keys), so they are returned as they are."""
+    if all(uf.find(l) == l for l in uf.parent):
+        return list(range(len(forms))), list(forms)
     f = uf.find
     canon: list[int] = []
     out: list[Form] = []
@@ -209,12 +214,16 @@ def _fuse(forms: list[Form], loops, accept) -> _UnionFind:
     return uf
 
 
-def _sequencable(rich: RichSchedule) -> bool:
+def _ordered(rich: RichSchedule):
+    """The sequenced schedule of ``rich``, or None when it cannot be sequenced."""
     try:
-        build_ordered_schedule(rich)
+        return build_ordered_schedule(rich)
     except ScheduleError:
-        return False
-    return True
+        return None
+
+
+def _sequencable(rich: RichSchedule) -> bool:
+    return _ordered(rich) is not None
 
 
 def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
@@ -223,6 +232,12 @@ def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
     Every fusion the rules (a)-(d) allow is tried first; if the result cannot be
     sequenced, fusions are retried one by one, each kept only when the schedule stays
     sequencable, and failing that no loops are fused."""
+    return boulevard_and_order(forest, plan)[0]
+
+
+def boulevard_and_order(forest: Forest, plan: BatchPlan):
+    """``compute_dag_boulevard`` and the ordered schedule its sequencability check built
+    (None when no fusion at all is sequencable: the caller's sequencer then says why)."""
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
 
@@ -230,13 +245,16 @@ def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
         return _finish(forest, forms, terms, loops, uf)
 
     rich = finish(_fuse(forms, loops, lambda uf: True))
-    if not _sequencable(rich):
+    ordered = _ordered(rich)
+    if ordered is None:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
         rich = finish(_fuse(forms, loops, lambda uf: _sequencable(finish(uf))))
-        if not _sequencable(rich):
+        ordered = _ordered(rich)
+        if ordered is None:
             rich = finish(_UnionFind(l.id for l in loops))
-    return rich
+            ordered = _ordered(rich)
+    return rich, ordered
 
 
 def _finish(forest: Forest, forms: list[Form], terms, loops, uf: _UnionFind) -> RichSchedule:
