@@ -55,4 +55,32 @@ def test_budget_shares_are_of_the_unbatched_peak():
     top = se.analyze(ccsd_equations(), WATER).peak_bytes
     half = se.analyze(ccsd_equations(), WATER, budget="50%")
     assert half.peak_bytes <= 0.5 * top
-    assert se.Evaluator(ccsd_equations(), WATER, budget="50%").policy.budget_bytes == 0.5 * top
+    ev = se.Evaluator(ccsd_equations(), WATER, budget="50%")      # the program on top
+    assert ev.policy.budget_bytes == 0.5 * top + ev.program_bytes > 0.5 * top
+
+
+def test_remembered_planning_gives_what_planning_afresh_gives():
+    """The fitter remembers term menus and verdicts per forest; a forest that has already
+    been fitted at other budgets (and had its minimum searched) must fit every budget
+    exactly as a fresh forest does. Oracle: the dump of the fresh forest's schedule."""
+    from sequant_eval.chem.equations import ccsd_text
+    from sequant_eval.expr import parse
+    from sequant_eval.forest import build_forest
+    from sequant_eval.plan import BatchPolicy
+    from sequant_eval.schedule.budget import fit_forest, minimum_budget
+    from sequant_eval.schedule.dump import dump_analysis
+
+    extents = {"i": 6, "a": 10}
+    text = ccsd_text()
+    warm = build_forest(parse(text), extents)
+    top = fit_forest(warm, extents, BatchPolicy()).peak_bytes
+    need = minimum_budget(warm, extents, BatchPolicy.everything(None, extents))[0]
+    for budget in (top, 0.5 * top, 0.25 * top, 0.1 * top, need, 1.3 * need, 0.9 * need):
+        policy = BatchPolicy.everything(budget, extents)
+        got = []
+        for forest in (warm, build_forest(parse(text), extents)):
+            try:
+                got.append(dump_analysis(fit_forest(forest, extents, policy)))
+            except se.InfeasibleBudget as err:
+                got.append(("refused", err.minimum))
+        assert got[0] == got[1], f"budget {budget}"
