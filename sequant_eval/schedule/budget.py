@@ -10,6 +10,12 @@ background small. If no re-planning fits, the smallest budget the planner can me
 searched by bisection on a fixed geometric grid between a lower bound (the equation
 results, whole) and the unbatched peak, independently of the budget asked for, and named
 in InfeasibleBudget; any budget at or above it fits.
+
+Everything a budget probe needs that does not depend on the budget is remembered per
+forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
+exact peak of every realization it has measured (``plan.menu.TermMenu``), and the verdict
+of every distinct plan it has scheduled. A probe then costs menu look-ups plus one sweep
+per plan not seen before; the probes of a minimum search mostly meet plans already seen.
 """
 from __future__ import annotations
 
