@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import DistributedError, InputTypeError, PolicyError
+from .errors import DistributedError, InfeasibleBudget, InputTypeError, PolicyError
 from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
@@ -61,6 +61,12 @@ class Report:
     forest: Forest
     schedule: ScheduleAnalysis         # the analysis the figures come from
     cluster: object = None             # ClusterPlan when a cluster was named (workers=...)
+    program_bytes: int = 0             # the budget's share charged to the program itself
+
+    @property
+    def total_bytes(self) -> int:
+        """What the budget bounds: the arrays' peak plus the program's reserve."""
+        return self.peak_bytes + self.program_bytes
 
     @property
     def worker_peak_bytes(self) -> int | None:
@@ -76,9 +82,9 @@ class Report:
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
         from .report.memory import memory_report
 
-        budget = self.schedule.plan.policy.budget_bytes
+        budget = self.schedule.plan.policy.budget_bytes + self.program_bytes
         return memory_report(self.schedule, self.unbatched_flops, title,
-                             budget if budget != float("inf") else None)
+                             budget if budget != float("inf") else None, self.program_bytes)
 
     @property
     def recompute_overhead(self) -> float:
@@ -96,6 +102,10 @@ class Report:
                  f"{self.recompute_overhead:.4f}x vs unbatched",
                  f"forest: {self.forest.binary_contractions} binary contractions -> "
                  f"{self.forest.distinct_contractions} distinct values"]
+        if self.program_bytes:
+            lines.append(f"program reserve {format_bytes(self.program_bytes)} "
+                         f"({self.program_bytes} B, charged to the budget); arrays + program "
+                         f"{format_bytes(self.total_bytes)}")
         lines += [f"  {lp}" for lp in self.loops]
         if self.schedule is not None:
             forms = self.schedule.rich.forms
@@ -135,7 +145,7 @@ class Evaluator:
         parsed = parse_budget(budget) if budget is not None else None   # refuses bad text
         self._share = parsed if isinstance(parsed, BudgetShare) else None
         if self._share is not None:       # "25%" of the unbatched peak (at 8-byte elements
-            budget = self._share.of(self._unbatched_peak(8))   # until the inputs say more)
+            budget = self._share_bytes(8, policy)             # until the inputs say more)
         self.policy = resolve_policy(budget, policy, self.extents)
         if volatile is not None:
             self.policy = replace(self.policy or BatchPolicy(), volatile=volatile)
@@ -154,24 +164,68 @@ class Evaluator:
 
     @property
     def batched(self):
-        """The fitted schedule, compiled to the op graph (planned on first use; raises
-        InfeasibleBudget before any array is touched)."""
+        """The fitted schedule, compiled to a runnable program (planned on first use; raises
+        InfeasibleBudget before any array is touched).
+
+        A finite budget covers the program too: the arrays are planned under the budget
+        less the program's reserve (``program_bytes``)."""
         if self._itemsize not in self._programs:
             from .runtime.compiled import Compiled
 
             policy = replace(self.policy or BatchPolicy(), itemsize=self._itemsize)
             if self._share is not None:
-                policy = replace(policy, budget=self._share.of(
-                    self._unbatched_peak(self._itemsize)))
+                policy = replace(policy, budget=self._share_bytes(self._itemsize, policy))
             self._budgets[self._itemsize] = policy.budget_bytes
-            self._programs[self._itemsize] = Compiled(
-                fit_forest(self.forest, self.regime, policy, self.progress),
-                policy.volatile, self.persist)
+            if not policy.finite or not policy.program:
+                fitted = fit_forest(self.forest, self.regime, policy, self.progress)
+                program = Compiled(fitted, policy.volatile, self.persist)
+            else:
+                reserve = self.program_bytes
+                fitted = self._fit(policy, reserve)
+                program = Compiled(fitted, policy.volatile, self.persist)
+                actual = program.program().reserved_bytes
+                if actual > reserve:                  # more nodes than the bound: refit
+                    program = Compiled(self._fit(policy, actual), policy.volatile,
+                                       self.persist)
+            self._programs[self._itemsize] = program
         return self._programs[self._itemsize]
+
+    @property
+    def program_bytes(self) -> int:
+        """Bytes of a finite budget charged to the program itself (its nodes, the
+        executor's tables, kernel plans): a bound from the unbatched program's size
+        (``runtime/program.py: reserve_bound``), the same at every budget. 0 unbatched."""
+        if self.policy is None or not self.policy.finite or not self.policy.program:
+            return 0
+        return self.program_reserve()
+
+    def program_reserve(self) -> int:
+        """The reserve a finite budget charges for the program of these equations (what
+        ``program_bytes`` is under a budget), whatever the policy in force."""
+        return _reserve(self.forest, self.regime, self._itemsize)
+
+    def _fit(self, policy: BatchPolicy, reserve: int):
+        """The forest fitted under the policy's budget less ``reserve`` (a refusal names
+        the whole budget and a minimum that includes the reserve)."""
+        budget = policy.budget_bytes
+        try:
+            return fit_forest(self.forest, self.regime,
+                              replace(policy, budget=max(1.0, budget - reserve)), self.progress)
+        except InfeasibleBudget as err:
+            raise _with_reserve(err, budget, reserve) from None
+
+    def _share_bytes(self, itemsize: int, policy: BatchPolicy | None) -> float:
+        """A share budget in bytes: that share of the arrays' unbatched peak, plus the
+        program's reserve (which no batching makes smaller) unless the policy says the
+        budget is for the arrays only."""
+        arrays = self._share.of(self._unbatched_peak(itemsize))
+        if policy is not None and not policy.program:
+            return arrays
+        return arrays + _reserve(self.forest, self.regime, itemsize)
 
     def _unbatched_peak(self, itemsize: int) -> int:
         """The unbatched peak at ``itemsize``-byte elements (what a share is a share of)."""
-        return fit_forest(self.forest, self.regime, BatchPolicy(itemsize=itemsize)).peak_bytes
+        return _unbatched(self.forest, self.regime, itemsize).peak_bytes
 
     def plan(self) -> BatchPlan:
         """The batch plan under the policy in force (unbatched with none), each term's peak
@@ -279,7 +333,55 @@ class Evaluator:
                                    self._budgets[self._itemsize])
         return Report(a.peak_bytes, a.flops, unbatched, a.profile.binding_point,
                       a.profile.live_at_binding, tuple(a.rich.loops[l] for l in sorted(a.rich.loops)),
-                      self.forest, a, cluster)
+                      self.forest, a, cluster, self.program_bytes)
+
+
+_UNBATCHED: dict[tuple, tuple] = {}
+
+
+def _unbatched(forest: Forest, regime: Regime, itemsize: int):
+    """The unbatched schedule of ``forest`` (remembered for the last few forests)."""
+    key = (id(forest), tuple(sorted(regime.extents.items())),
+           tuple(sorted(regime.moments.items())), itemsize)
+    hit = _UNBATCHED.get(key)
+    if hit is None or hit[0] is not forest:
+        if len(_UNBATCHED) >= 16:
+            _UNBATCHED.pop(next(iter(_UNBATCHED)))
+        hit = _UNBATCHED[key] = (forest, fit_forest(forest, regime,
+                                                    BatchPolicy(itemsize=itemsize)), {})
+    return hit[1]
+
+
+def _reserve(forest: Forest, regime: Regime, itemsize: int) -> int:
+    """The program reserve of ``forest`` (``reserve_bound`` of its unbatched program)."""
+    from .runtime.lower import lower_program
+    from .runtime.program import reserve_bound
+
+    a = _unbatched(forest, regime, itemsize)
+    memo = _UNBATCHED[(id(forest), tuple(sorted(regime.extents.items())),
+                       tuple(sorted(regime.moments.items())), itemsize)][2]
+    if "reserve" not in memo:
+        memo["reserve"] = reserve_bound(lower_program(a))
+    return memo["reserve"]
+
+
+def _with_reserve(err: InfeasibleBudget, budget: float, reserve: int) -> InfeasibleBudget:
+    """``err`` (raised for the arrays' share of the budget) restated for the whole budget:
+    its minimum plus the program's reserve."""
+    from .units import format_bytes
+
+    share = (f"of the budget {format_bytes(budget)} ({int(budget)} B), {format_bytes(reserve)} "
+             f"({reserve} B) is the program itself (ops, executor tables, kernel plans), "
+             f"which leaves {format_bytes(max(0.0, budget - reserve))} for the arrays")
+    if err.searched:
+        need = int(err.minimum) + reserve
+        out = InfeasibleBudget(
+            f"{share}; the arrays need at least {format_bytes(err.minimum)}: raise the budget "
+            f"to at least {need} B, or allow finer blocks (BatchPolicy(block=...)). "
+            f"Planner: {err}", budget, need)
+    else:
+        out = InfeasibleBudget(f"{share}; {err}", budget, lambda: err.minimum + reserve)
+    return out
 
 
 def _fingerprint(given) -> tuple:
@@ -359,4 +461,5 @@ def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = Non
                           f"{policy!r}; a budget is not needed here")
     policy = policy if policy is not None else BatchPolicy.everything(None, ev.extents)
     policy.check(ev.regime)
-    return minimum_budget(ev.forest, ev.regime, policy)[0]
+    reserve = _reserve(ev.forest, ev.regime, policy.itemsize) if policy.program else 0
+    return minimum_budget(ev.forest, ev.regime, policy)[0] + reserve

@@ -114,8 +114,9 @@ def _write(path: str, flag: str, text: str) -> None:
         raise UsageError(f"{flag} {path}: cannot write it ({err.strerror or err})") from err
 
 
-def _budget(text: str | None, eqs, extents):
-    """``--budget``: bytes, or a share such as 25% of the unbatched peak of these equations."""
+def _budget(text: str | None, eqs, extents, program: bool = True):
+    """``--budget``: bytes, or a share such as 25% of the unbatched peak of these equations
+    (plus the program's reserve unless ``program`` is off, as ``Evaluator`` reads it)."""
     from .api import Evaluator
     from .plan.policy import BudgetShare, parse_budget
 
@@ -126,7 +127,8 @@ def _budget(text: str | None, eqs, extents):
     except SequantEvalError as err:
         raise UsageError(f"--budget {text}: {err}") from err
     if isinstance(budget, BudgetShare):
-        return budget.of(Evaluator(eqs, extents).analyze().peak_bytes)
+        ev = Evaluator(eqs, extents)
+        return budget.of(ev.analyze().peak_bytes) + (ev.program_reserve() if program else 0)
     return budget
 
 
@@ -141,9 +143,11 @@ def _policy(args: argparse.Namespace, eqs, extents):
     known = getattr(extents, "extents", extents)
     if not contracted and not external:
         contracted = external = tuple(s for s in known if "<" not in s)
-    policy = BatchPolicy(budget=None, contracted=contracted, external=external, block=block)
+    program = not getattr(args, "arrays_only", False)
+    policy = BatchPolicy(budget=None, contracted=contracted, external=external, block=block,
+                         program=program)
     policy.check(extents)
-    return replace(policy, budget=_budget(args.budget, eqs, extents))
+    return replace(policy, budget=_budget(args.budget, eqs, extents, program))
 
 
 def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
@@ -331,6 +335,9 @@ def _policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contracted", help="spaces batchable where summed, e.g. Κ or Κ,i")
     p.add_argument("--external", help="spaces batchable where open on a result, e.g. i")
     p.add_argument("--block", help="block sizes, e.g. Κ=256,i=16")
+    p.add_argument("--arrays-only", action="store_true",
+                   help="the budget is for the arrays only (by default it also covers the "
+                        "program itself: its ops, tables and kernel plans)")
     p.add_argument("--json", help="write the report as JSON here")
 
 

@@ -72,6 +72,11 @@ class InfeasibleBudget(SequantEvalError):
         super().__init__(message)
 
     @property
+    def searched(self) -> bool:
+        """Whether ``minimum`` is known already (reading it then costs nothing)."""
+        return not callable(self._minimum)
+
+    @property
     def minimum(self) -> float:
         """The smallest feasible budget in bytes (searched for on first read when handed over
         as a function)."""

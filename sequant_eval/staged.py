@@ -172,8 +172,8 @@ class StagedEvaluator:
         parsed = parse_budget(budget) if budget is not None else None
         if policy is not None and parsed is None and policy.finite:
             parsed = policy.budget_bytes
-        if isinstance(parsed, BudgetShare):
-            parsed = parsed.of(self._unbatched_peak())
+        if isinstance(parsed, BudgetShare):       # of the arrays; the programs on top
+            parsed = parsed.of(self._unbatched_peak()) + self._program_bytes()
         self.budget_bytes = None if parsed is None else float(parsed)
         self._evaluators: list[Evaluator] | None = None
 
@@ -194,6 +194,17 @@ class StagedEvaluator:
         return tuple(eq.name for s in range(stage) for eq in self.stage_equations[s]
                      if eq.name in self.outputs or self._last_reader.get(eq.name, -1) >= stage)
 
+    def _reserves(self) -> list[int]:
+        """Each stage's program reserve (all the stages' programs are held at once)."""
+        if self._policy is not None and not self._policy.program:
+            return [0] * len(self.stage_equations)
+        return [Evaluator(stage, self.extents).program_reserve()
+                for stage in self.stage_equations]
+
+    def _program_bytes(self) -> int:
+        """The programs of all the stages: charged to a finite budget before any array."""
+        return sum(self._reserves())
+
     def _unbatched_peak(self) -> int:
         totals = []
         for s, stage in enumerate(self.stage_equations):
@@ -207,11 +218,12 @@ class StagedEvaluator:
         it (InfeasibleBudget, naming the stage, before any array is touched)."""
         if self._evaluators is None:
             evs = []
+            reserves = self._reserves() if self.budget_bytes is not None else None
             for s, stage in enumerate(self.stage_equations):
                 held = sum(b for _, b in self.held_across(s))
                 budget = None
-                if self.budget_bytes is not None:
-                    budget = self.budget_bytes - held
+                if self.budget_bytes is not None:     # less the other stages' programs:
+                    budget = self.budget_bytes - held - (sum(reserves) - reserves[s])
                     if budget <= 0:
                         raise self._infeasible(s, held)
                 policy = self._policy
@@ -234,7 +246,8 @@ class StagedEvaluator:
             f"budget {format_bytes(self.budget_bytes)} for the staged evaluation: stage "
             f"{stage + 1} of {len(self.stage_equations)} ({names}) gets "
             f"{format_bytes(max(self.budget_bytes - held, 0))} once the "
-            f"{format_bytes(held)} of results held across it for later stages are charged; "
+            f"{format_bytes(held)} of results held across it for later stages (and the "
+            f"stages' programs) are charged; "
             f"raise the budget (InfeasibleBudget.minimum is the smallest that works), or "
             f"evaluate the equations without intermediates", self.budget_bytes, least)
 
@@ -243,8 +256,9 @@ class StagedEvaluator:
         from .api import min_budget
 
         policy = self._policy or BatchPolicy.everything(None, self.extents)
+        reserves = self._reserves()            # min_budget charges each stage's own
         return max(min_budget(stage, self.extents, replace(policy, budget=None))
-                   + sum(b for _, b in self.held_across(s))
+                   + sum(b for _, b in self.held_across(s)) + sum(reserves) - reserves[s]
                    for s, stage in enumerate(self.stage_equations))
 
     # ----------------------------------------------------------------- running

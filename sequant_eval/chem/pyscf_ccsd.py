@@ -82,8 +82,9 @@ CLOSED_SHELL_SYMMETRIES = {"symmetric": ("f", "g", "L", "t1", "t2", "u2"),
 
 
 def resolve_budget(equations, extents: dict[str, int], budget: Any) -> Any:
-    """A budget for :class:`~sequant_eval.Evaluator`: ``"25%"`` becomes that share of the
-    unbatched dry-run peak in bytes; bytes and texts such as ``"25MB"`` pass unchanged."""
+    """A budget for :class:`~sequant_eval.Evaluator`: ``"25%"`` becomes bytes as the
+    Evaluator reads a share (that share of the unbatched arrays' peak, plus the program's
+    reserve); bytes and texts such as ``"25MB"`` pass unchanged."""
     if isinstance(budget, str) and budget.strip().endswith("%"):
         text = budget.strip()[:-1]
         try:
@@ -93,7 +94,7 @@ def resolve_budget(equations, extents: dict[str, int], budget: Any) -> Any:
                                    "e.g. '25%'") from None
         if not 0 < share:
             raise SequantEvalError(f"budget {budget!r}: a share must be above 0%")
-        return Evaluator(equations, extents).analyze().peak_bytes * share
+        return Evaluator(equations, extents, budget=f"{share * 100!r}%").policy.budget_bytes
     return budget
 
 

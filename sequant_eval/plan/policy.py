@@ -120,6 +120,10 @@ class BatchPolicy:
     ``volatile``: tensors that change between evaluations (CC amplitudes); none by default
     (the caller names them: ``Evaluator(..., persist=True, volatile=...)``).
     ``accumulation_factor`` scales the in-flight partial beside an accumulator.
+    ``program``: the budget also covers the runtime program itself (its ops, the executor's
+    tables, kernel plans; ``runtime/program.py``), so the arrays get the budget less the
+    program's reserve. ``False`` gives the arrays the whole budget (the program comes on
+    top): for studies of array planning on forests too small to carry a program.
     """
 
     budget: float | int | str | None = None
@@ -130,6 +134,7 @@ class BatchPolicy:
     accumulation_factor: float = 1.0
     itemsize: int = 8
     max_loops: int = 3
+    program: bool = True
     budget_bytes: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +155,9 @@ class BatchPolicy:
                 0 <= factor < math.inf):
             raise PolicyError(f"accumulation_factor must be a finite number >= 0, got "
                               f"{factor!r}")
+        if not isinstance(self.program, bool):
+            raise PolicyError(f"program must be True (the budget covers the program too) or "
+                              f"False (the arrays only), got {self.program!r}")
         for name, low in (("itemsize", 1), ("max_loops", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:

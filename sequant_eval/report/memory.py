@@ -44,6 +44,7 @@ class MemoryReport:
     loops: tuple[dict, ...]
     largest: tuple[LiveForm, ...]
     live_bytes: tuple[int, ...]            # per static point
+    program_bytes: int = 0                 # the budget's share charged to the program
 
     @property
     def recompute_overhead(self) -> float:
@@ -64,6 +65,9 @@ class MemoryReport:
         lines = [f"memory report: {self.title}",
                  f"  budget            {budget}",
                  f"  predicted peak    {format_bytes(self.peak_bytes)} ({self.peak_bytes} B)",
+                 *([f"  program reserve   {format_bytes(self.program_bytes)} "
+                    f"({self.program_bytes} B; charged to the budget before the arrays)"]
+                   if self.program_bytes else []),
                  f"  reached at        point {self.binding_point}: {self.binding_step}",
                  f"  flops             {format_flops(self.flops)} ({self.flops:.6g}); "
                  f"unbatched {format_flops(self.unbatched_flops)}; recompute overhead "
@@ -95,8 +99,9 @@ def _live_form(a: ScheduleAnalysis, fid: int, size: int) -> LiveForm:
 
 
 def memory_report(a: ScheduleAnalysis, unbatched_flops: float, title: str = "",
-                  budget: float | None = None) -> MemoryReport:
-    """The report of an analyzed schedule (``unbatched_flops``: the oracle's flops)."""
+                  budget: float | None = None, program_bytes: int = 0) -> MemoryReport:
+    """The report of an analyzed schedule (``unbatched_flops``: the oracle's flops;
+    ``program_bytes``: the part of ``budget`` charged to the program)."""
     size = {c.form: c.footprint for c in a.cells}
     live = live_bytes(a.cells, len(a.points))           # the schedule's own sweep
     point = a.points[a.profile.binding_point]
@@ -112,4 +117,4 @@ def memory_report(a: ScheduleAnalysis, unbatched_flops: float, title: str = "",
     largest = tuple(sorted((_live_form(a, c.form, c.footprint) for c in a.cells),
                            key=lambda x: (-x.bytes, x.form))[:10])
     return MemoryReport(title, budget, a.peak_bytes, a.profile.binding_point, step, at,
-                        a.flops, unbatched_flops, loops, largest, tuple(live))
+                        a.flops, unbatched_flops, loops, largest, tuple(live), program_bytes)

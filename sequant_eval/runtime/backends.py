@@ -57,6 +57,7 @@ class NumpyBackend(Backend):
 
     def __init__(self) -> None:
         self.plans: dict[tuple, ContractPlan] = {}
+        self.plan_cap: int | None = None       # most plans kept (least recently used go)
         self.dtype = np.dtype(np.float64)      # of destinations: the evaluation's dtype
 
     def asarray(self, x):
@@ -74,14 +75,16 @@ class NumpyBackend(Backend):
         """``values[vid]`` of ``a`` and ``b``; ``layout`` (a permutation of the value's modes)
         asks for the result written in that order instead of the value's own."""
         key = (vid, a.shape, b.shape, tuple(out_shape), layout)
-        plan = self.plans.get(key)
+        plan = self.plans.pop(key, None)
         if plan is None:
             v = values[vid]
             if layout is not None:
                 v = replace(v, result=tuple(v.result[p] for p in layout))
             plan = plan_contraction(v, values[v.left.value], values[v.right.value],
                                     tuple(out_shape), a.shape, b.shape)
-            self.plans[key] = plan
+            if self.plan_cap is not None and len(self.plans) >= self.plan_cap:
+                del self.plans[next(iter(self.plans))]       # the least recently used
+        self.plans[key] = plan                                 # now the most recent
         return self._run(plan, a, b)
 
     @staticmethod

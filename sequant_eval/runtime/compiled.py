@@ -1,5 +1,6 @@
-"""A fitted schedule made runnable: validated cells, the lowered op graph, passes,
-placement, routes — then run on any backend by the one executor.
+"""A fitted schedule made runnable: validated cells, then either the loop program (one
+device: NumPy, an array-API namespace, the dry run) or the unrolled op graph with passes,
+placement and routes (a GPU), each run by its executor.
 
 Repeated evaluation (``persist=True``): contractions that depend on no volatile tensor and
 feed volatile ones are kept after the first evaluation; later evaluations read them back
@@ -18,7 +19,8 @@ from .backends import get_backend, gpu_available
 from .cells import build_cell_table, validate
 from .engine import run_graph
 from .graph import Device, Op
-from .lower import Lowered, lower_schedule
+from .interpreter import run_program
+from .lower import Lowered, lower_program, lower_schedule
 from .passes import bridge_arms, copy_roots_to_host, insert_copies, run_passes
 from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
                         place, run_lockstep)
@@ -87,6 +89,7 @@ class Compiled:
                                         if f.kind is FormKind.LEAF and f.sliced)
         self._backends: dict[str, dict] = {}
         self._lowered: dict[tuple, tuple[Lowered, list[int]]] = {}
+        self._programs: dict[bool, object] = {}
         self._residency: dict[tuple, Residency] = {}
         self.residency: Residency | None = None   # of the graph last prepared (or run)
 
@@ -134,6 +137,14 @@ class Compiled:
         self.residency = self._residency.get(key)
         return self._lowered[key]
 
+    def program(self, warm: bool = False):
+        """The loop program of a single-device run (cached per warm/cold)."""
+        if warm not in self._programs:
+            self._programs[warm] = lower_program(
+                self.analysis, self.persistent,
+                self.persistent if warm else frozenset(), self.skip if warm else frozenset())
+        return self._programs[warm]
+
     def contraction_plans(self) -> list:
         """The NumPy contraction plans made so far (after a NumPy run)."""
         be = self._backends.get("numpy", {}).get(Device.CPU)
@@ -169,7 +180,6 @@ class Compiled:
         backends = self._backends[name]
         if gpu:
             backends[Device.GPU].pool_limit = gpu_budget
-        low, roots = self.lowered(warm, machine)
         if source is None:
             source = _Shapes(self.analysis.shapes)
         elif hasattr(source, "check_batched"):
@@ -180,6 +190,9 @@ class Compiled:
                 be.dtype = dtype
             if be.symbolic:
                 be.itemsize = self.analysis.plan.policy.itemsize
+        if not gpu:
+            return self._run_program(warm, backends[Device.CPU], source)
+        low, roots = self.lowered(warm, machine)
         picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
         out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
                                picker, low.form_of)
@@ -188,6 +201,18 @@ class Compiled:
                 self.store[form] = out[node]
         return {name: _host(backends, low.graph, n, out[n])
                 for name, n in low.roots.items()}, meter
+
+
+    def _run_program(self, warm: bool, backend, source):
+        prog = self.program(warm)
+        if hasattr(backend, "plan_cap"):
+            backend.plan_cap = prog.plan_cap
+        out, meter = run_program(prog, self.forest, backend, source, self.store)
+        if self.persist:
+            for form, node in prog.kept.items():
+                self.store[form] = out[node]
+        return {name: (out[n] if backend.symbolic else backend.to_host(out[n]))
+                for name, n in prog.roots.items()}, meter
 
 
 def _host(backends, g, n: int, x):

@@ -53,7 +53,7 @@ BINDINGS = {Op.INPUT, Op.SLICE, Op.ZEROS}      # device-neutral for run extracti
 _BUFFER_SHARING = VIEWS | INPLACE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One op: its kind, input node ids, parameters, static shape, emission position and a
     provenance tag."""

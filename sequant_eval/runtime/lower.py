@@ -1,9 +1,16 @@
-"""Lower an ordered schedule to the op graph, every block unrolled batch by batch.
+"""Lower an ordered schedule: to a loop program, or to the op graph unrolled batch by batch.
 
-Unrolling (rather than a loop node with a body) keeps every op concrete: static shapes,
+``lower_program`` keeps every batch loop a loop (``program.py``): each block is emitted once,
+its nodes' shapes and ranges naming the current batch, so the program does not grow with
+the number of batches. This is what a single-device run executes.
+
+``lower_schedule`` unrolls every block batch by batch: every op concrete — static shapes,
 one device, no control flow — what a CUDA stream or graph capture wants, and what the
-passes and the run extraction can reason about. The node order is the schedule's order,
-so metering the graph reproduces the static sweep.
+placement passes, the run extraction and the cluster partition reason about.
+
+Both walk the schedule the same way (one class, two modes), so the unrolled graph is the
+loop program expanded. The node order is the schedule's order, so metering either
+reproduces the static sweep.
 
 Each form becomes, per batch, the node that holds its current buffer: a leaf batch is a
 ``slice`` of an ``input``; a destination is ``zeros`` when its outermost loop opens and
@@ -21,8 +28,9 @@ from ..schedule.forms import FormKind
 from ..schedule.ordered import BuildStep, ScopeBlock
 from ..schedule.peak import allocations, folded_into, moves, schedule_points, stream_rows
 from .graph import Graph, Node, Op
+from .program import Block, Extent, LoopProgram, Span, Work, symbolic
 
-__all__ = ["Lowered", "lower_schedule"]
+__all__ = ["Lowered", "lower_schedule", "lower_program"]
 
 
 @dataclass
@@ -48,8 +56,19 @@ def lower_schedule(a: ScheduleAnalysis, persistent: frozenset[int] = frozenset()
     return _Lowering(a, persistent, stored, skipped).run()
 
 
+def lower_program(a: ScheduleAnalysis, persistent: frozenset[int] = frozenset(),
+                  stored: frozenset[int] = frozenset(),
+                  skipped: frozenset[int] = frozenset()) -> LoopProgram:
+    """The schedule as a loop program (same arguments as ``lower_schedule``)."""
+    low = _Lowering(a, persistent, stored, skipped, loops=True)
+    done = low.run()
+    low.root.body[:0] = low.readers        # inputs are readers: made once, up front
+    low.held.clear()
+    return LoopProgram(done.graph, low.root, done.roots, done.kept, done.form_of)
+
+
 class _Lowering:
-    def __init__(self, a, persistent, stored, skipped) -> None:
+    def __init__(self, a, persistent, stored, skipped, loops: bool = False) -> None:
         self.a = a
         self.forms = a.rich.forms
         self.sched = a.ordered
@@ -66,18 +85,47 @@ class _Lowering:
         self.form_of: dict[int, int] = {}
         self.layouts = a.layouts          # contractions written in their sums' order
         self.folded = folded_into(self.sched)   # term results added straight into sums
+        self.loops = loops                      # a loop program (else unrolled)
+        self.blocks = 0
+        self.root = Block(None, 0)
+        self.body = self.root.body              # where emitted nodes go (loop program)
+        self.readers: list[int] = []            # input nodes (loop program: up front)
+        self.held: dict = {}                    # interned tuples and symbolic values
 
     def emit(self, op: Op, inputs=(), params=(), shape=(), tag="") -> int:
         self.seq += 1
-        return self.g.push(Node(op, tuple(inputs), tuple(params), tuple(shape), self.seq, tag))
+        if self.loops:                # one copy of each repeated shape, range, parameter
+            params, shape = self.intern(tuple(params)), self.intern(tuple(shape))
+        n = self.g.push(Node(op, tuple(inputs), tuple(params), tuple(shape), self.seq, tag))
+        if self.loops:
+            (self.readers if op is Op.INPUT else self.body).append(n)
+        return n
+
+    def intern(self, x):
+        """``x`` (tuples within tuples, symbolic values) as the one equal copy held."""
+        if isinstance(x, tuple):
+            x = tuple(self.intern(y) for y in x)
+        elif isinstance(x, Work):
+            x = Work(x.coef, self.intern(x.dims))
+        elif not isinstance(x, (Extent, Span)):
+            return x
+        return self.held.setdefault(x, x)
+
+    def extent(self, loop: int) -> int | Extent:
+        """The current batch's length on ``loop``."""
+        r = self.ctx[loop]
+        return Extent(loop) if isinstance(r, Span) else r[1] - r[0]
+
+    def span(self, loop: int) -> str:
+        r = self.ctx[loop]
+        return f"L{loop}" if isinstance(r, Span) else f"L{loop}[{r[0]}:{r[1]}]"
 
     def shape(self, fid: int, whole: frozenset[int] = frozenset()) -> tuple:
         f = self.forms[fid]
         shape = list(self.a.shapes[f.value])
         for pos, loop in f.sliced:
             if loop not in whole:
-                lo, hi = self.ctx[loop]
-                shape[pos] = hi - lo
+                shape[pos] = self.extent(loop)
         return tuple(shape)
 
     def run(self) -> Lowered:
@@ -111,6 +159,23 @@ class _Lowering:
 
     def loop(self, block: ScopeBlock, path: tuple) -> None:
         loop = self.sched.loops[block.loop]
+        self.allocate(block, path, loop)
+        if not self.loops:
+            for lo, hi in loop.ranges():
+                self.ctx[block.loop] = (lo, hi)
+                self.batch(block, path)
+        else:
+            self.blocks += 1
+            inner, outer = Block(loop, self.blocks), self.body
+            outer.append(inner)
+            self.body = inner.body
+            self.ctx[block.loop] = Span(block.loop)
+            self.batch(block, path)
+            self.body = outer
+        del self.ctx[block.loop]
+
+    def allocate(self, block: ScopeBlock, path: tuple, loop) -> None:
+        """The destinations allocated when ``block`` opens."""
         for fid in self.alloc.get(path, ()):
             if self._skip(fid):
                 continue
@@ -125,32 +190,32 @@ class _Lowering:
             shape = self.shape(fid)
             self.node_of[fid] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
                                           tag=f"f{fid} destination")
-        for lo, hi in loop.ranges():
-            self.ctx[block.loop] = (lo, hi)
-            self.block(block, path)
-            for out in block.outputs:
-                if self._skip(out.form):
-                    continue
-                f = self.forms[out.form]
-                tag = f"f{out.form} L{block.loop} [{lo}:{hi}]"
-                if out.form in self.folded:
-                    self.add_into(f, tag)
-                    continue
-                part, dest = self.node_of[f.source], self.node_of[out.form]
-                if out.kind.value == "sum":
-                    adds = float(prod(self.g.nodes[part].shape))
-                    self.node_of[out.form] = self.emit(Op.ACCUMULATE, (dest, part),
-                                                       (1.0, adds), self.g.nodes[dest].shape,
-                                                       tag)
-                else:
-                    index = [None] * len(self.g.nodes[dest].shape)
-                    for pos, l in self.forms[f.source].sliced:
-                        if l in f.span:
-                            index[pos] = self.ctx[l]
-                    self.node_of[out.form] = self.emit(Op.SCATTER, (dest, part),
-                                                       (tuple(index),),
-                                                       self.g.nodes[dest].shape, tag)
-        del self.ctx[block.loop]
+
+    def batch(self, block: ScopeBlock, path: tuple) -> None:
+        """One batch of ``block`` (the loop program: its body, for every batch)."""
+        self.block(block, path)
+        for out in block.outputs:
+            if self._skip(out.form):
+                continue
+            f = self.forms[out.form]
+            tag = f"f{out.form} {self.span(block.loop)}"
+            if out.form in self.folded:
+                self.add_into(f, tag)
+                continue
+            part, dest = self.node_of[f.source], self.node_of[out.form]
+            if out.kind.value == "sum":
+                adds = _work(1.0, self.g.nodes[part].shape)
+                self.node_of[out.form] = self.emit(Op.ACCUMULATE, (dest, part),
+                                                   (1.0, adds), self.g.nodes[dest].shape,
+                                                   tag)
+            else:
+                index = [None] * len(self.g.nodes[dest].shape)
+                for pos, l in self.forms[f.source].sliced:
+                    if l in f.span:
+                        index[pos] = self.ctx[l]
+                self.node_of[out.form] = self.emit(Op.SCATTER, (dest, part),
+                                                   (tuple(index),),
+                                                   self.g.nodes[dest].shape, tag)
 
     def add_into(self, f, tag: str) -> None:
         """One batch of a folded term result, added into its sum once per entry reading it
@@ -165,7 +230,7 @@ class _Lowering:
         for r, leg in self.a.rich.readers[f.id]:
             e = entries[leg]
             at = tuple(index[p] for p in e.perm)
-            work = 2.0 * prod(self.g.nodes[part].shape)
+            work = _work(2.0, self.g.nodes[part].shape)
             self.node_of[target] = self.emit(
                 Op.ADD_INTO, (self.node_of[target], part),
                 (at, e.perm, float(e.coefficient), work),
@@ -198,7 +263,7 @@ class _Lowering:
 
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]
-        batch = ",".join(f"L{l}[{self.ctx[l][0]}:{self.ctx[l][1]}]" for l in f.scope)
+        batch = ",".join(self.span(l) for l in f.scope)
         tag = f"f{step.form}" + (f" {batch}" if batch else "")
         if f.kind is FormKind.SUM:
             self.accumulate(step, tag)
@@ -226,8 +291,9 @@ class _Lowering:
             scratch = self.a.scratch.get(step.form, 0)       # kernel temporaries, elements
             self.node_of[step.form] = self.emit(Op.CONTRACT, ops,
                                                 (f.value, layout, scratch,
-                                                 2.0 * prod(ext.values())), shape, tag)
-        self.form_of[self.node_of[step.form]] = step.form
+                                                 _work(2.0, tuple(ext.values()))), shape, tag)
+        if f.kind is not FormKind.SUM:              # a sum is made entry by entry
+            self.form_of[self.node_of[step.form]] = step.form
 
     def accumulate(self, step: BuildStep, tag: str) -> None:
         f = self.forms[step.form]
@@ -239,7 +305,7 @@ class _Lowering:
         src = self.node_of[f.operands[step.entry]]
         alpha = float(entry.coefficient)
         tag = f"{tag} entry {step.entry}"
-        work = 2.0 * prod(self.g.nodes[src].shape)
+        work = _work(2.0, self.g.nodes[src].shape)
         if (step.form, step.entry) in self.moved:       # the sum takes the term's buffer
             self.node_of[step.form] = src if alpha == 1.0 else self.emit(
                 Op.SCALE, (src,), (alpha, work), self.g.nodes[src].shape, tag)
@@ -255,3 +321,8 @@ class _Lowering:
             target = self.node_of[step.form]
             self.node_of[step.form] = self.emit(Op.ACCUMULATE, (target, view), (alpha, work),
                                                 self.g.nodes[target].shape, tag)
+
+
+def _work(coef: float, dims: tuple) -> float | Work:
+    """``coef * prod(dims)``: a number, or symbolic where a dim is a batch's length."""
+    return Work(coef, tuple(dims)) if symbolic(tuple(dims)) else coef * float(prod(dims))

@@ -116,7 +116,7 @@ def test_batched_equals_unbatched(water_dz):
     top = se.analyze(eqs, ints.extents).peak_bytes
     ref = se.evaluate(eqs, tensors, ints.extents)
     for share in (0.5, 0.25):
-        ev = se.Evaluator(eqs, ints.extents, budget=top * share)
+        ev = se.Evaluator(eqs, ints.extents, budget=f"{share:.0%}")   # + the program
         out, meter = ev.evaluate(tensors, return_meter=True)
         assert ev.analyze().loops, "a budget below the unbatched peak must open loops"
         assert meter.peak_bytes <= top * share

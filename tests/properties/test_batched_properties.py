@@ -71,7 +71,7 @@ FIT_IS_MONOTONE = True
 
 def _policy(extents: dict, block: int, budget: float) -> BatchPolicy:
     return BatchPolicy.everything(budget, extents, block={s: block for s in extents},
-                                  max_loops=2)
+                                  max_loops=2, program=False)   # forests of a few hundred B
 
 
 def forest_minimum(text: str, extents: dict, block: int) -> float:

@@ -138,7 +138,7 @@ def test_dry_run_meter_matches_prediction_under_budget():
     ext = {"a": 2, "i": 8, "k": 32, "p": 6}
     top = se.analyze(text, ext).peak_bytes
     ev = se.Evaluator(text, ext, policy=BatchPolicy(budget=top // 2, contracted={"k"},
-                                                    block={"k": 5}))
+                                                    block={"k": 5}, program=False))
     prog = ev.batched
     _, dry = prog.run("dryrun")
     assert dry.peak_bytes == prog.analysis.peak_bytes <= top // 2
