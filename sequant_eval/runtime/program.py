@@ -98,7 +98,7 @@ class Block:
 
 #: What one node of the program holds, bounded from above (the node, its tuples, the
 #: executor's per-node release tables), bytes; measured by ``tests/runtime/test_program``.
-PROGRAM_BYTES_PER_NODE = 640
+PROGRAM_BYTES_PER_NODE = 800
 #: What a program holds whatever its size (the block tree, the executor's tables), bytes.
 PROGRAM_BYTES_FIXED = 64 * 1024
 #: One kernel plan a backend keeps, with its key, bytes (bounded from above).
