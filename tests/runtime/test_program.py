@@ -226,7 +226,7 @@ def _program_bytes(ev) -> tuple[int, int]:
 def test_program_bytes_hardly_grow_as_the_budget_shrinks(top):
     """The program at 10 % (84 loops, ~15,000 ops run) holds at most 1.5x what it holds at
     50 % (2 loops, ~400 ops): it grows with the loops it has (destinations, outputs,
-    symbolic ranges; measured 1.37x), never with the batches they run. Each node stays
+    symbolic ranges; measured 1.37-1.45x), never with the batches they run. Each node stays
     within the per-node bound the reserve charges."""
     small, small_nodes = _program_bytes(se.Evaluator(ccsd_equations(), EXT, budget=0.1 * top))
     half, half_nodes = _program_bytes(se.Evaluator(ccsd_equations(), EXT, budget=0.5 * top))
