@@ -15,3 +15,23 @@ def random_arrays(seed: int) -> dict[str, np.ndarray]:
     return {"f": rng.standard_normal((N, N)), "g": rng.standard_normal((N, N, N, N)),
             "t1": 0.1 * rng.standard_normal((38, 10)),
             "t2": 0.1 * rng.standard_normal((38, 38, 10, 10))}
+
+
+def block_mappings(arrays: dict[str, np.ndarray], forest) -> dict:
+    """The same inputs as mappings from space tuples to blocks: each block of ``f`` and
+    ``g`` that ``forest`` reads, cut from the full arrays (occupied first)."""
+    off = {"i": slice(0, EXT["i"]), "a": slice(EXT["i"], N)}
+    out: dict = {"t1": {("a", "i"): arrays["t1"]}, "t2": {("a", "a", "i", "i"): arrays["t2"]}}
+    for v in forest.values:
+        if v.tensor in ("f", "g"):
+            out.setdefault(v.tensor, {})[v.spaces] = np.ascontiguousarray(
+                arrays[v.tensor][tuple(off[s] for s in v.spaces)])
+    return out
+
+
+def refill_tuple_cache() -> None:
+    """Refill CPython's tuple free lists (up to 2000 of each length below 20), which a full
+    ``gc.collect`` empties: an evaluation's small index tuples would otherwise refill them
+    inside a tracemalloc trace (~0.3 MB of the interpreter's cache, not the evaluation's)."""
+    cache = [[tuple(range(k)) for _ in range(2000)] for k in range(1, 20)]
+    del cache

@@ -27,7 +27,7 @@ from sequant_eval.runtime.interpreter import _tables
 from sequant_eval.runtime.lower import lower_schedule
 from sequant_eval.runtime.program import PLAN_BYTES, PROGRAM_BYTES_PER_NODE
 
-from tests.oracles.spin_orbital import EXT, N, random_arrays
+from tests.oracles.spin_orbital import EXT, block_mappings, random_arrays, refill_tuple_cache
 from tests.properties.forests import equation_sets
 
 
@@ -149,16 +149,6 @@ def _shuffled():
     return out
 
 
-def _blocks(arrays, forest):
-    off = {"i": slice(0, 10), "a": slice(10, N)}
-    out: dict = {"t1": {("a", "i"): arrays["t1"]}, "t2": {("a", "a", "i", "i"): arrays["t2"]}}
-    for v in forest.values:
-        if v.tensor in ("f", "g"):
-            out.setdefault(v.tensor, {})[v.spaces] = np.ascontiguousarray(
-                arrays[v.tensor][tuple(off[s] for s in v.spaces)])
-    return out
-
-
 def _first_traced(ev, tensors) -> int:
     """Traced peak of the first evaluation: the program is built and the kernel plans
     made inside it; planning (``ev.batched``) is done before. CPython's tuple free lists
@@ -168,8 +158,7 @@ def _first_traced(ev, tensors) -> int:
     program = ev.batched
     program._programs.clear()                 # built inside the trace, as a first run
     gc.collect()
-    cache = [[tuple(range(k)) for _ in range(2000)] for k in range(1, 20)]
-    del cache
+    refill_tuple_cache()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     ev.evaluate(tensors)
@@ -202,7 +191,7 @@ def test_first_evaluation_at_ten_percent_is_within_the_prediction(arrays, h5, to
     report = ev.analyze()
     assert report.program_bytes > 0
     assert report.total_bytes <= budget
-    tensors = {"full arrays": arrays, "block mappings": _blocks(arrays, ev.forest),
+    tensors = {"full arrays": arrays, "block mappings": block_mappings(arrays, ev.forest),
                "h5py datasets": h5}[kind]
     traced = _first_traced(ev, tensors)
     assert ev.last_meter.peak_bytes == report.peak_bytes

@@ -16,7 +16,7 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations, ccsd_text
 
-from tests.oracles.spin_orbital import EXT, N, random_arrays  # noqa: E402
+from tests.oracles.spin_orbital import EXT, block_mappings, random_arrays  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +25,7 @@ def arrays():
 
 
 def _blocks(arrays):
-    off = {"i": slice(0, 10), "a": slice(10, N)}
-    ev = se.Evaluator(ccsd_equations(), EXT)
-    out: dict = {"t1": {("a", "i"): arrays["t1"]}, "t2": {("a", "a", "i", "i"): arrays["t2"]}}
-    for v in ev.forest.values:
-        if v.tensor in ("f", "g"):
-            out.setdefault(v.tensor, {})[v.spaces] = np.ascontiguousarray(
-                arrays[v.tensor][tuple(off[s] for s in v.spaces)])
-    return out
+    return block_mappings(arrays, se.Evaluator(ccsd_equations(), EXT).forest)
 
 
 def _h5(arrays, tmp_path_factory):
