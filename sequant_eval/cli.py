@@ -168,7 +168,8 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     CCSD equations for a closed-shell RHF), one line per iteration, then energies and the
     memory report; ``--json`` writes them as JSON."""
     from .chem import molecules
-    from .chem.pyscf_ccsd import CCSD, CCSDT
+    from .chem.ccsdt import CCSDT
+    from .chem.pyscf_ccsd import CCSD
     from .report.text import format_bytes
 
     _output(args.json, "--json")

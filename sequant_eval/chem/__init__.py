@@ -2,6 +2,7 @@
 ``CCSDT(mf)``."""
 from __future__ import annotations
 
-from .pyscf_ccsd import CCSD, CCSDT
+from .ccsdt import CCSDT
+from .pyscf_ccsd import CCSD
 
 __all__ = ["CCSD", "CCSDT"]

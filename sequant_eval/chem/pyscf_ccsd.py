@@ -56,7 +56,7 @@ from ..errors import InfeasibleBudget, SequantEvalError, UnsupportedFeature
 from ..report.text import format_bytes, format_flops
 from .ccsd import residual_function
 from .closed_shell import ClosedShellIntegrals
-from .equations import ccsd_equations, ccsdt_equations, closed_shell_equations
+from .equations import ccsd_equations, closed_shell_equations
 from ..expr.exchange import fold_exchange
 from ..expr.factor import factor_common
 from ..staged import StagedEvaluator, StagedReport
@@ -65,7 +65,7 @@ from .diis import HDF5DIIS
 from .solver import (CCResult, IterationRecord, denominators, mp2_guess,
                      orbital_denominators, solve_cc)
 
-__all__ = ["CCSD", "CCSDT", "resolve_budget", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
+__all__ = ["CCSD", "resolve_budget", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
 
 #: The amplitudes (and ``u2 = 2 t2 - t2~``) change every iteration: nothing read from them
 #: may be kept from one evaluation to the next.
@@ -550,57 +550,3 @@ class CCSD:
         if self.out_of_core:
             self.integrals.close()
 
-
-class CCSDT(CCSD):
-    """Coupled-cluster singles, doubles and triples on a converged PySCF mean field.
-
-    The spin-orbital CCSDT equations (``data/ccsdt_so.txt``) on the reference's spin
-    orbitals, a closed-shell RHF included (its energy is then RCCSDT's); the parameters
-    are :class:`CCSD`'s, less the closed-shell and out-of-core paths. ``t3`` is in PySCF's
-    spin-orbital layout ``t3[i, j, k, a, b, c]``, starting at zero.
-    """
-
-    method = "CCSDT"
-    triples = True
-
-    def __init__(self, mf: Any, frozen: int = 0, budget: Any = None, backend: str = "numpy",
-                 spin_orbital: bool | None = None, conv_tol: float = 1e-7,
-                 conv_tol_normt: float = 1e-5, max_cycle: int = 50, diis_space: int = 6,
-                 callback: Callable[[IterationRecord, float, int], Any] | None = None,
-                 integrals_on_disk: str | os.PathLike | None = None,
-                 slab_bytes: float | None = None, intermediates: bool | None = None) -> None:
-        if spin_orbital is False:
-            raise UnsupportedFeature("CCSDT runs the spin-orbital equations only (a "
-                                     "closed-shell RHF through its spin orbitals); drop "
-                                     "spin_orbital=False")
-        if integrals_on_disk is not None:
-            raise UnsupportedFeature("CCSDT keeps its integrals and amplitudes in memory; "
-                                     "integrals_on_disk is for CCSD (drop it, or use a budget)")
-        if intermediates:
-            raise UnsupportedFeature("CCSDT evaluates its plain equations; intermediates=True "
-                                     "is for closed-shell CCSD (leave it unset)")
-        self.t3: np.ndarray | None = None
-        super().__init__(mf, frozen=frozen, budget=budget, backend=backend, spin_orbital=True,
-                         conv_tol=conv_tol, conv_tol_normt=conv_tol_normt,
-                         max_cycle=max_cycle, diis_space=diis_space, callback=callback,
-                         slab_bytes=slab_bytes, intermediates=intermediates)
-
-    @staticmethod
-    def _spin_orbital_equations():
-        return ccsdt_equations()
-
-    def residual(self, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray
-                 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """``(E, R1, R2, R3)`` at amplitudes in PySCF's layouts (``t3[i, j, k, a, b, c]``),
-        the residuals in the same layouts."""
-        e, r = self._residual_function()(
-            {"t1": np.ascontiguousarray(t1.T),
-             "t2": np.ascontiguousarray(t2.transpose(2, 3, 0, 1)),
-             "t3": np.ascontiguousarray(t3.transpose(3, 4, 5, 0, 1, 2))})
-        return (e, r["t1"].T, r["t2"].transpose(2, 3, 0, 1),
-                r["t3"].transpose(3, 4, 5, 0, 1, 2))
-
-    def kernel(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """Runs and returns ``(e_corr, t1, t2, t3)``."""
-        self.run()
-        return self.e_corr, self.t1, self.t2, self.t3
