@@ -87,6 +87,7 @@ class ContractPlan:
     gemm: tuple[int, int, int, int] = (0, 0, 0, 0)   # GEMM: batch, m, n, k
     cost_us: float = 0.0               # the model's estimate for the chosen plan
     reduce: int = 0                    # GEMM: leading axes of ``out``'s temporary summed away
+    grouping: tuple = ()               # GEMM: the (rows, cols, contracted) modes chosen
 
     @property
     def scratch_elements(self) -> int:
@@ -239,11 +240,20 @@ def _multiply_plan(value: Value, extent: dict[int, int], out_shape, flops,
 
 def plan_contraction(value: Value, left: Value, right: Value,
                      extents: Sequence[int], left_extents: Sequence[int],
-                     right_extents: Sequence[int]) -> ContractPlan:
+                     right_extents: Sequence[int], like: ContractPlan | None = None
+                     ) -> ContractPlan:
     """Plan ``value = left · right`` given the extent of every mode of the three arrays.
 
     Remembered by what decides it (the value's id and mode labels, the three shapes): the
-    schedule stage asks again for every schedule it analyses, mostly the same shapes."""
+    schedule stage asks again for every schedule it analyses, mostly the same shapes.
+
+    ``like``: a plan of the same contraction at other extents (a full batch, when this is
+    a short one). Its grouping is taken when it still applies — no search, nothing
+    remembered, and no more scratch than it had — else the plan is searched as usual."""
+    if like is not None and like.kind == GEMM:
+        found = _planned_like(value, like, extents, left_extents, right_extents)
+        if found is not None:
+            return found
     key = (value.id, value.left.modes, value.right.modes, value.result, tuple(extents),
            tuple(left_extents), tuple(right_extents))
     got = _PLANS.get(key)
@@ -257,6 +267,27 @@ def plan_contraction(value: Value, left: Value, right: Value,
 #: How many kernel plans are remembered (a plan is a few hundred bytes).
 _REMEMBERED = 8192
 _PLANS: dict[tuple, ContractPlan] = {}
+
+
+def _planned_like(value: Value, like: ContractPlan, extents: Sequence[int],
+                  left_extents: Sequence[int], right_extents: Sequence[int]
+                  ) -> ContractPlan | None:
+    """``like``'s grouping at these extents, or None where it does not apply (a mode it
+    groups has become trivial, or no strided view exists)."""
+    a, b, r = value.left.modes, value.right.modes, value.result
+    extent = dict(zip(a, left_extents)) | dict(zip(b, right_extents))
+    big = {m for m, e in extent.items() if e > 1}
+    rows, cols, ks = like.grouping
+    contracted = (set(a) & set(b) & big) - set(r)
+    if not set(rows + cols + ks) <= big or not set(ks) <= contracted:
+        return None
+    la, lb, lr = _Layout(a, extent), _Layout(b, extent), _Layout(r, extent)
+    found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent)
+    if found is None:
+        return None
+    cost, xa, xb, xz, shape, reduce = found
+    return ContractPlan(value.id, GEMM, xa, xb, xz, tuple(extents), _subscripts(value, extent),
+                        2 * prod(extent.values()), shape, cost, reduce, like.grouping)
 
 
 def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequence[int],
@@ -278,16 +309,17 @@ def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequen
     la, lb, lr = _Layout(a, extent), _Layout(b, extent), _Layout(r, extent)
     free_a = (set(a) - set(b)) & big
     free_b = (set(b) - set(a)) & big
-    best = None
+    best, grouping = None, ()
     for rows in _orders((la, lr), free_a):
         for cols in _orders((lb, lr), free_b):
             for ks in _orders((la, lb), contracted):
                 if ks:
                     found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent)
                     if found is not None and (best is None or found[0] < best[0]):
-                        best = found
+                        best, grouping = found, (rows, cols, ks)
     cost, xa, xb, xz, shape, reduce = best
-    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, sub, flops, shape, cost, reduce)
+    return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, sub, flops, shape, cost, reduce,
+                        grouping)
 
 
 def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...],

@@ -58,6 +58,7 @@ class NumpyBackend(Backend):
     def __init__(self) -> None:
         self.plans: dict[tuple, ContractPlan] = {}
         self.plan_cap: int | None = None       # most plans kept (least recently used go)
+        self.first: dict[tuple, ContractPlan] = {}   # (value, layout) → its first plan
         self.dtype = np.dtype(np.float64)      # of destinations: the evaluation's dtype
 
     def asarray(self, x):
@@ -80,8 +81,12 @@ class NumpyBackend(Backend):
             v = values[vid]
             if layout is not None:
                 v = replace(v, result=tuple(v.result[p] for p in layout))
+            # a contraction's first shape is its full batch: a later (short) batch takes
+            # that plan's grouping instead of a search, and no more scratch than it had
+            like = self.first.get((vid, layout))
             plan = plan_contraction(v, values[v.left.value], values[v.right.value],
-                                    tuple(out_shape), a.shape, b.shape)
+                                    tuple(out_shape), a.shape, b.shape, like)
+            self.first.setdefault((vid, layout), plan)
             if self.plan_cap is not None and len(self.plans) >= self.plan_cap:
                 del self.plans[next(iter(self.plans))]       # the least recently used
         self.plans[key] = plan                                 # now the most recent

@@ -101,7 +101,8 @@ class Block:
 PROGRAM_BYTES_PER_NODE = 800
 #: What a program holds whatever its size (the block tree, the executor's tables), bytes.
 PROGRAM_BYTES_FIXED = 64 * 1024
-#: One kernel plan a backend keeps, with its key, bytes (bounded from above).
+#: One kernel plan a backend keeps, with its key, bytes (bounded from above); a program
+#: is charged two per contraction (its first plan and one in the LRU cache).
 PLAN_BYTES = 1792
 
 
@@ -147,9 +148,10 @@ class LoopProgram:
 
     @property
     def plan_cap(self) -> int:
-        """Kernel plans a backend keeps for this program: two per contraction (a full and
-        a short last batch; nested loops take turns, least recently used first out)."""
-        return 2 * self.contractions
+        """Kernel plans a NumPy backend keeps for this program beside each contraction's
+        first (full-batch) plan: one per contraction, least recently used out (a short
+        batch's plan is the first one's grouping at its extents: no search)."""
+        return self.contractions
 
     @property
     def reserved_bytes(self) -> int:
