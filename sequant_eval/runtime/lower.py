@@ -102,14 +102,15 @@ class _Lowering:
         return n
 
     def intern(self, x):
-        """``x`` (tuples within tuples, symbolic values) as the one equal copy held."""
+        """``x`` (tuples within tuples, symbolic values) as the one copy held of each value
+        of the same types (``(2, 2)`` and ``(2.0, 2.0)`` are equal, but not the same)."""
         if isinstance(x, tuple):
             x = tuple(self.intern(y) for y in x)
         elif isinstance(x, Work):
             x = Work(x.coef, self.intern(x.dims))
         elif not isinstance(x, (Extent, Span)):
             return x
-        return self.held.setdefault(x, x)
+        return self.held.setdefault(repr(x), x)       # repr: 2 and 2.0 differ
 
     def extent(self, loop: int) -> int | Extent:
         """The current batch's length on ``loop``."""
@@ -326,3 +327,4 @@ class _Lowering:
 def _work(coef: float, dims: tuple) -> float | Work:
     """``coef * prod(dims)``: a number, or symbolic where a dim is a batch's length."""
     return Work(coef, tuple(dims)) if symbolic(tuple(dims)) else coef * float(prod(dims))
+
