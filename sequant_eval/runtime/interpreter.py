@@ -7,8 +7,8 @@ the last read of any of its versions — found statically on the program instead
 counting reads over an unrolled route: the textually last reader of a buffer is its last
 reader in time, and it is the last read once every loop around the reader that does not
 also enclose the buffer's maker is in its last batch. So the meter equals the static
-sweep, to the byte, as for the unrolled graph; the program's own reserve
-(``LoopProgram.reserved_bytes``) is charged from the start when ``reserve`` is set.
+sweep, to the byte, as for the unrolled graph. (The program's own memory is not metered:
+it is charged to the budget before the arrays are planned, ``LoopProgram.reserved_bytes``.)
 """
 from __future__ import annotations
 
@@ -75,18 +75,15 @@ def _tables(prog: LoopProgram) -> _Tables:
 
 
 def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
-                store: Mapping[int, object] | None = None, reserve: bool = False):
+                store: Mapping[int, object] | None = None):
     """Execute ``prog`` on one backend; returns ``({root node: array}, Meter)``.
 
     ``source`` resolves input nodes to readers (``TensorSource``), ``store`` holds the
-    arrays kept from an earlier evaluation; ``reserve`` charges the program's own bytes
-    to the meter from the start (as the prediction does)."""
+    arrays kept from an earlier evaluation."""
     t = _tables(prog)
     g = prog.graph
     ex = _Executor(g, forest.values, {Device.CPU: backend}, source, store, {})
     book = Accounting(prog.form_of)
-    if reserve:
-        book.reserve(prog.reserved_bytes)
     out: dict[int, object] = {}
     ranges: dict[int, tuple[int, int]] = {}
     # busy[d]: the deepest block at depth <= d (of the walk's current chain) that is not in

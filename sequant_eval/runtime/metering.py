@@ -72,13 +72,6 @@ class Accounting:
             self.peak, self.step = self.live + transient, step
             self.snapshot = tuple(sorted(self.size))
 
-    def reserve(self, nbytes: int) -> None:
-        """``nbytes`` held for the whole run (the program itself), on the host."""
-        self.live += nbytes
-        self.dev_live["cpu"] = self.dev_live.get("cpu", 0) + nbytes
-        self.dev_peak["cpu"] = max(self.dev_peak.get("cpu", 0), self.dev_live["cpu"])
-        self.peak = max(self.peak, self.live)
-
     def holds(self, owner: int) -> bool:
         """Whether ``owner``'s buffer is live (accounted and not yet released)."""
         return owner in self.size
