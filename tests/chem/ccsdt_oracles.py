@@ -20,6 +20,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from tests.oracles.text import TENSOR, TOKEN, logical_lines
+
 
 def _parity(p) -> int:
     return (-1) ** sum(1 for x, y in itertools.combinations(p, 2) if x > y)
@@ -58,29 +60,19 @@ def _slices(no: int, nv: int) -> dict[str, slice]:
 
 
 # ----------------------------------------------------------------- the text, by einsum
-_TOKEN = re.compile(r"[+-]|\d+(?:/\d+)?|\w+\{[^}]*\}|\*|\S")
-_TENSOR = re.compile(r"(\w+)\{([^;}]*);([^}]*)\}")
 
 
 def read_text(text: str) -> dict[str, tuple[list[str], list]]:
     """``{name: (result indices, [(coefficient, antisymmetrized, factors)])}``."""
-    logical: list[str] = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s[0] in "+-":
-            logical[-1] += " " + s
-        else:
-            logical.append(s)
+    logical = logical_lines(text)
     out = {}
     for eq in logical:
         lhs, body = (x.strip() for x in eq.split("=", 1))
-        m = _TENSOR.fullmatch(lhs)
+        m = TENSOR.fullmatch(lhs)
         ext = [x for part in (m.group(2), m.group(3)) for x in part.split(",") if x] if m \
             else []
         terms, sign, coeff, factors, anti = [], 1, Fraction(1), [], False
-        for tok in _TOKEN.findall(body) + ["+"]:
+        for tok in TOKEN.findall(body) + ["+"]:
             if tok in "+-":
                 if factors:
                     terms.append((sign * coeff, anti, factors))
@@ -90,7 +82,7 @@ def read_text(text: str) -> dict[str, tuple[list[str], list]]:
             elif tok[0].isdigit():
                 coeff = Fraction(tok)
             else:
-                t = _TENSOR.fullmatch(tok)
+                t = TENSOR.fullmatch(tok)
                 assert t, tok
                 if t.group(1) == "A":
                     anti = True

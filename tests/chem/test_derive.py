@@ -22,6 +22,8 @@ import pytest
 
 from sequant_eval.chem import derive
 
+from tests.oracles.text import TENSOR, TOKEN, logical_lines
+
 NO, NV = 4, 5
 N = NO + NV
 O, V = slice(0, NO), slice(NO, N)
@@ -42,26 +44,16 @@ def stored_text() -> str:
 # --------------------------------------------------------------------------
 # A tiny evaluator for the text format.
 # --------------------------------------------------------------------------
-_TOKEN = re.compile(r"[+-]|\d+(?:/\d+)?|\w+\{[^}]*\}|\*|\S")
-_TENSOR = re.compile(r"(\w+)\{([^;}]*);([^}]*)\}")
 
 
 def parse_equations(text: str) -> dict[str, list[tuple[Fraction, list[tuple[str, list[str], list[str]]]]]]:
-    logical: list[str] = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s[0] in "+-":
-            logical[-1] += " " + s
-        else:
-            logical.append(s)
+    logical = logical_lines(text)
     equations = {}
     for eq in logical:
         lhs, body = (x.strip() for x in eq.split("=", 1))
         terms = []
         sign, coeff, factors = 1, Fraction(1), []
-        for tok in _TOKEN.findall(body) + ["+"]:
+        for tok in TOKEN.findall(body) + ["+"]:
             if tok in "+-":
                 if factors:
                     terms.append((sign * coeff, factors))
@@ -71,7 +63,7 @@ def parse_equations(text: str) -> dict[str, list[tuple[Fraction, list[tuple[str,
             elif tok[0].isdigit():
                 coeff = Fraction(tok)
             else:
-                m = _TENSOR.fullmatch(tok)
+                m = TENSOR.fullmatch(tok)
                 assert m, tok
                 bra = [x for x in m.group(2).split(",") if x]
                 ket = [x for x in m.group(3).split(",") if x]
@@ -85,7 +77,7 @@ def evaluate(text: str, f, g, t1, t2) -> dict[str, np.ndarray]:
     sl = {"i": O, "a": V}
     out = {}
     for lhs, terms in parse_equations(text).items():
-        m = _TENSOR.fullmatch(lhs)
+        m = TENSOR.fullmatch(lhs)
         ext = ([x for x in m.group(2).split(",") if x] + [x for x in m.group(3).split(",") if x]) if m else []
         letters: dict[str, str] = {}
 
