@@ -12,6 +12,7 @@ from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .plan.policy import BudgetShare, parse_budget
 from .plan.regime import Regime
 from .runtime import TensorSource
+from .runtime.sources import fingerprint
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
 from .schedule.budget import fit_forest, minimum_budget
@@ -296,9 +297,9 @@ class Evaluator:
 
     def _check_kept(self, program, tensors: Mapping[str, object]) -> None:
         """Kept intermediates are dropped (rebuilt) when a non-volatile input changed (see
-        ``_fingerprint``: NumPy arrays by content, providers always)."""
+        ``runtime.sources.fingerprint``: NumPy arrays by content, providers always)."""
         volatile = self.policy.volatile
-        prints = {name: _fingerprint(t) for name, t in sorted(tensors.items())
+        prints = {name: fingerprint(t) for name, t in sorted(tensors.items())
                   if name not in volatile}
         if self._fingerprints is not None and prints != self._fingerprints:
             program.store.clear()
@@ -382,26 +383,6 @@ def _with_reserve(err: InfeasibleBudget, budget: float, reserve: int) -> Infeasi
     else:
         out = InfeasibleBudget(f"{share}; {err}", budget, lambda: err.minimum + reserve)
     return out
-
-
-def _fingerprint(given) -> tuple:
-    """What identifies a non-volatile input between evaluations: a NumPy array by a digest
-    of all its bytes (any change is seen); a provider never matches (what it returns is
-    unknown, so nothing read from it is kept); another array-like (h5py, zarr, memmap) by
-    identity and shape (data on disk is taken as unchanged while the object is the same)."""
-    import hashlib
-
-    import numpy as np
-
-    if isinstance(given, Mapping):
-        return tuple((k, _fingerprint(v)) for k, v in sorted(given.items(), key=repr))
-    if isinstance(given, np.ndarray):
-        data = np.ascontiguousarray(given)
-        return ("array", given.shape, str(given.dtype),
-                hashlib.blake2b(data.view(np.uint8).reshape(-1), digest_size=16).digest())
-    if callable(given) and not hasattr(given, "shape"):
-        return ("provider", object())             # equal to nothing: always rebuilt
-    return ("array-like", id(given), tuple(getattr(given, "shape", ())))
 
 
 @lru_cache(maxsize=16)
