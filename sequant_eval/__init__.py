@@ -11,7 +11,7 @@ from .api import Evaluator, Report, analyze, evaluate, min_budget
 from .plan import BatchPolicy, Loop, LoopKind
 from .errors import (DistributedError, ExpressionError, InfeasibleBudget, InputTypeError, MissingTensor,
                      ParseError, PolicyError, ScheduleError, SequantEvalError, ShapeMismatch,
-                     StaleInput, TaskFailed, UnknownSpace, UnsupportedFeature, UsageError)
+                     SinkError, StaleInput, TaskFailed, UnknownSpace, UnsupportedFeature, UsageError)
 from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
 
 __version__ = "0.1.0"
@@ -22,6 +22,6 @@ __all__ = [
     "Equation", "Index", "Operator", "Product", "Tensor",
     "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",
     "UnknownSpace", "InfeasibleBudget", "ScheduleError", "UnsupportedFeature",
-    "InputTypeError", "PolicyError", "UsageError", "StaleInput", "DistributedError",
+    "InputTypeError", "PolicyError", "UsageError", "SinkError", "StaleInput", "DistributedError",
     "TaskFailed",
 ]

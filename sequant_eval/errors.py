@@ -132,3 +132,9 @@ class TaskFailed(DistributedError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.loop, self.batch, self.equations, None))
+
+
+class SinkError(SequantEvalError):
+    """A result sink (``out=``) that cannot take its result: an unknown result name, a
+    destination of the wrong shape, dtype or kind, a read-only one, or a write-once callable
+    given a result that is accumulated over several writes. Raised before any work."""
