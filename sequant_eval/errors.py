@@ -21,6 +21,9 @@ __all__ = [
     "StaleInput",
     "DistributedError",
     "TaskFailed",
+    "BudgetError",
+    "CheckpointError",
+    "CheckpointMismatch",
 ]
 
 
@@ -138,3 +141,26 @@ class SinkError(SequantEvalError):
     """A result sink (``out=``) that cannot take its result: an unknown result name, a
     destination of the wrong shape, dtype or kind, a read-only one, or a write-once callable
     given a result that is accumulated over several writes. Raised before any work."""
+
+
+class BudgetError(PolicyError):
+    """A memory budget that cannot be read (``sequant_eval.budget.Budget.parse``): not a
+    positive byte count, a text such as ``'25GB'``, a share such as ``'25%'`` or None.
+    ``value`` is what was given."""
+
+    def __init__(self, message: str, value=None) -> None:
+        self.value = value
+        super().__init__(message)
+
+
+class CheckpointError(SequantEvalError):
+    """A checkpoint file that cannot be used: missing, unreadable, or of another format."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A checkpoint of another system (molecule, basis, orbitals, frozen core or equations);
+    ``differences`` names each part that differs."""
+
+    def __init__(self, message: str, differences: tuple[str, ...] = ()) -> None:
+        self.differences = tuple(differences)
+        super().__init__(message)
