@@ -24,6 +24,7 @@ __all__ = [
     "BudgetError",
     "CheckpointError",
     "CheckpointMismatch",
+    "TruncatedInput",
 ]
 
 
@@ -164,3 +165,9 @@ class CheckpointMismatch(CheckpointError):
     def __init__(self, message: str, differences: tuple[str, ...] = ()) -> None:
         self.differences = tuple(differences)
         super().__init__(message)
+
+
+class TruncatedInput(MissingTensor):
+    """A file-backed input (an HDF5 dataset, a memory map) whose file on disk no longer
+    holds all of its data: the file was truncated after it was opened, so a read would
+    return zeros (HDF5) or kill the process (a memory map). Names the tensor and the file."""
