@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import DistributedError, InfeasibleBudget, InputTypeError, PolicyError
+from .errors import DistributedError, InfeasibleBudget, InputTypeError, PolicyError, SinkError
 from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
@@ -156,7 +156,7 @@ class Evaluator:
             raise PolicyError("persist=True keeps what does not depend on the tensors that "
                               "change between evaluations: name them, e.g. "
                               "volatile=('t1', 't2')")
-        self._programs: dict[int, object] = {}     # element size → fitted program
+        self._programs: dict[tuple, object] = {}   # (element size, sinks) → fitted program
         self._itemsize = (self.policy or BatchPolicy()).itemsize
         self._fingerprints: dict[str, tuple] | None = None
         self._unbatched_flops: int | None = None
@@ -170,10 +170,18 @@ class Evaluator:
 
         A finite budget covers the program too: the arrays are planned under the budget
         less the program's reserve (``program_bytes``)."""
-        if self._itemsize not in self._programs:
+        return self._compiled()
+
+    def _compiled(self, sinks: tuple = ()):
+        """The fitted program at the current element size; ``sinks`` (result name → kind
+        pairs) replace the policy's own sinks when given (``evaluate(out=...)``)."""
+        key = (self._itemsize, sinks)
+        if key not in self._programs:
             from .runtime.compiled import Compiled
 
             policy = replace(self.policy or BatchPolicy(), itemsize=self._itemsize)
+            if sinks:
+                policy = replace(policy, sinks=sinks)
             if self._share is not None:
                 policy = replace(policy, budget=self._share_bytes(self._itemsize, policy))
             self._budgets[self._itemsize] = policy.budget_bytes
@@ -188,8 +196,8 @@ class Evaluator:
                 if actual > reserve:                  # more nodes than the bound: refit
                     program = Compiled(self._fit(policy, actual), policy.volatile,
                                        self.persist)
-            self._programs[self._itemsize] = program
-        return self._programs[self._itemsize]
+            self._programs[key] = program
+        return self._programs[key]
 
     @property
     def program_bytes(self) -> int:
@@ -236,9 +244,18 @@ class Evaluator:
         return plan_forest(self.forest, self.regime, policy, exact=checker)
 
     def evaluate(self, tensors: Mapping[str, object], backend: str = "numpy",
-                 return_meter: bool = False, client=None, trace_tasks: bool = False):
+                 return_meter: bool = False, client=None, trace_tasks: bool = False,
+                 out: Mapping[str, object] | None = None):
         """``{equation: array}``; batched through the fitted schedule when a policy (or a
         finite budget) is in force, else the unbatched walk.
+
+        ``out`` maps results to sinks (``runtime/sinks.py``): a NumPy array, an
+        ``np.memmap``, an h5py dataset or zarr array of the result's shape (zeroed, then
+        accumulated into in place) or a callable ``sink(spaces, ranges, block)`` (each slice
+        once). Such a result is written there batch by batch and never held whole: the
+        budget covers only what a write holds, and the returned mapping holds the
+        destination itself. A destination that cannot take its result raises
+        ``SinkError`` before any work.
 
         With ``client`` (a ``distributed.Client``; default: the evaluator's own) the batches
         of the outermost loops run as Dask tasks on its workers, the rest on the client
@@ -246,20 +263,46 @@ class Evaluator:
         ``trace_tasks=True`` has every task measure its allocations with tracemalloc."""
         client = client if client is not None else self.client
         if client is not None:
+            if out:
+                raise SinkError("result sinks (out=) are written by this process; a cluster "
+                                "run (client=) returns its results whole: evaluate without "
+                                "client=, or without out=")
             return self._evaluate_on(client, tensors, backend, return_meter, trace_tasks)
         source = TensorSource(self.forest, tensors, self.extents)
         itemsize = source.dtype().itemsize
         if itemsize != self._itemsize:      # planned for the inputs' element size
             self._itemsize = itemsize
-        program = self.batched
+        sinks = self._sinks(out, source.dtype())
+        program = self._compiled(tuple(sorted((n, s.kind) for n, s in sinks.items())))
         if self.persist:
             self._check_kept(program, tensors)
         try:
-            results, meter = program.run(backend, source, gpu_budget=self.gpu_budget)
+            results, meter = program.run(backend, source, gpu_budget=self.gpu_budget,
+                                         sinks=sinks)
         finally:
             source.release()          # the inputs are not held past the evaluation
         self.last_meter = meter
         return (results, meter) if return_meter else results
+
+    def _sinks(self, out, dtype) -> dict:
+        """``out`` checked against the results and made into sinks (before any work)."""
+        from .runtime.sinks import make_sink
+
+        if out is None:
+            return {}
+        if not isinstance(out, Mapping):
+            raise SinkError(f"out must map result names to destinations, e.g. "
+                            f"out={{'R2': array}}, got {type(out).__name__}")
+        roots = {r.name: r for r in self.forest.roots}
+        sinks = {}
+        for name, dest in out.items():
+            if name not in roots:
+                raise SinkError(f"out names {name!r}, which is not a result of these "
+                                f"equations (results: {', '.join(sorted(roots))})")
+            v = self.forest.values[roots[name].value]
+            shape = tuple(self.extents[s] for s in v.spaces)
+            sinks[name] = make_sink(name, dest, v.spaces, shape, dtype)
+        return sinks
 
     def _evaluate_on(self, client, tensors, backend: str, return_meter: bool, trace: bool):
         from .report.progress import Progress
@@ -395,7 +438,8 @@ def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
              budget=None, backend: str = "numpy", policy: BatchPolicy | None = None,
              gpu_budget: float = float("inf"), progress=None, return_meter: bool = False,
-             persist: bool = False, volatile: Sequence[str] | None = None, client=None):
+             persist: bool = False, volatile: Sequence[str] | None = None, client=None,
+             out: Mapping[str, object] | None = None):
     """Evaluate equations; returns ``{equation name: NumPy array}`` (axes in result slot
     order), whatever the backend.
 
@@ -416,10 +460,13 @@ def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
     ``backend``: numpy, cupy, auto, array_api_strict or dryrun (shapes only).
     ``client``: a ``distributed.Client``; the batches of the outermost loops then run as
     Dask tasks on its workers, each worker within the budget (needs
-    ``pip install 'sequant-eval[dist]'``)."""
+    ``pip install 'sequant-eval[dist]'``).
+    ``out``: result name → sink (an array, ``np.memmap``, h5py dataset, or a callable
+    ``sink(spaces, ranges, block)``): that result is written there batch by batch and never
+    held whole (``Evaluator.evaluate``)."""
     return Evaluator(eqs, extents, budget, policy, persist=persist, progress=progress,
                      gpu_budget=gpu_budget, volatile=volatile).evaluate(
-        tensors, backend, return_meter, client=client)
+        tensors, backend, return_meter, client=client, out=out)
 
 
 def analyze(eqs, extents: Mapping[str, int], budget=None,

@@ -9,10 +9,16 @@ from dataclasses import dataclass, field
 
 from ..errors import PolicyError
 
-__all__ = ["BatchPolicy", "BudgetShare", "parse_bytes", "parse_budget", "DEFAULT_BATCHES"]
+__all__ = ["BatchPolicy", "BudgetShare", "parse_bytes", "parse_budget", "DEFAULT_BATCHES",
+           "SINK_KINDS"]
 
 #: With no explicit block size a space is cut into this many batches.
 DEFAULT_BATCHES = 4
+
+#: How a result sink takes its writes: added into in place (an array, a memmap, a dataset:
+#: a result summed over several writes is accumulated there), or each slice once (a
+#: callable).
+SINK_KINDS = ("accumulate", "once")
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -101,6 +107,21 @@ def _space_names(value, what: str, noun: str = "space") -> frozenset[str]:
     return frozenset(value)
 
 
+def _sink_kinds(value) -> tuple[tuple[str, str], ...]:
+    """Result name → sink kind, as sorted pairs (a stable repr: the fitter's cache key)."""
+    pairs = value.items() if isinstance(value, Mapping) else value
+    try:
+        out = tuple(sorted((str(k), v) for k, v in pairs))
+    except (TypeError, ValueError):
+        raise PolicyError(f"sinks must map result names to a sink kind ({', '.join(SINK_KINDS)}), "
+                          f"got {value!r}") from None
+    for name, kind in out:
+        if kind not in SINK_KINDS:
+            raise PolicyError(f"sink of {name!r} has kind {kind!r}; a sink is one of "
+                              f"{', '.join(SINK_KINDS)}")
+    return out
+
+
 def _block_size(space, size) -> int:
     ok = (isinstance(size, numbers.Integral) and not isinstance(size, bool)) or (
         isinstance(size, float) and math.isfinite(size) and size.is_integer())
@@ -124,6 +145,9 @@ class BatchPolicy:
     tables, kernel plans; ``runtime/program.py``), so the arrays get the budget less the
     program's reserve. ``False`` gives the arrays the whole budget (the program comes on
     top): for studies of array planning on forests too small to carry a program.
+    ``sinks``: results written batch by batch to the caller's destination instead of being
+    held (result name → ``"accumulate"`` or ``"once"``, see ``SINK_KINDS``); ``se.evaluate(...,
+    out=)`` sets it from the destinations given.
     """
 
     budget: float | int | str | None = None
@@ -135,6 +159,7 @@ class BatchPolicy:
     itemsize: int = 8
     max_loops: int = 3
     program: bool = True
+    sinks: Mapping[str, str] | tuple = ()
     budget_bytes: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -155,6 +180,7 @@ class BatchPolicy:
                 0 <= factor < math.inf):
             raise PolicyError(f"accumulation_factor must be a finite number >= 0, got "
                               f"{factor!r}")
+        object.__setattr__(self, "sinks", _sink_kinds(self.sinks))
         if not isinstance(self.program, bool):
             raise PolicyError(f"program must be True (the budget covers the program too) or "
                               f"False (the arrays only), got {self.program!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, SinkError
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.peak import folded_into, liveness, peak_profile_sweep, schedule_points
@@ -25,6 +25,7 @@ from .passes import bridge_arms, copy_roots_to_host, insert_copies, run_passes
 from .placement import (ConvergenceOptimizer, Context, Machine, PlacementForkPathfinder,
                         place, run_lockstep)
 from .residency import Residency, fit_residency
+from .sinks import Sink, check_sinks
 
 __all__ = ["Compiled", "RoutePicker"]
 
@@ -162,13 +163,18 @@ class Compiled:
         skipped = self.skip | self.persistent if warm else frozenset()
         return peak_profile_sweep(cells, len(points), a.transient(skipped)).peak_bytes
 
-    def run(self, backend: str = "numpy", source=None, gpu_budget: float = float("inf")):
+    def run(self, backend: str = "numpy", source=None, gpu_budget: float = float("inf"),
+            sinks=None):
         """Evaluate: ``({equation: NumPy array}, Meter)`` whatever the backend (a dry run
-        gives shapes); on a GPU every result is copied back to the host in the op graph."""
+        gives shapes); on a GPU every result is copied back to the host in the op graph.
+        ``sinks`` (result name → ``sinks.Sink``): the destinations of results planned with
+        one (``BatchPolicy.sinks``); such a result is its destination."""
         warm = bool(self.store)
         gpu = backend in ("cupy", "auto") and gpu_available()
         if backend == "cupy" and not gpu:
             get_backend("cupy")                       # raises: no GPU here
+        if self.sched.sinks:
+            self._check_sinks(sinks, gpu)
         machine = Machine(gpu=True, gpu_budget=gpu_budget) if gpu else Machine()
         name = "cupy" if gpu else ("numpy" if backend == "auto" else backend)
         if name not in self._backends:               # kept: their kernel plans are reused
@@ -191,7 +197,7 @@ class Compiled:
             if be.symbolic:
                 be.itemsize = self.analysis.plan.policy.itemsize
         if not gpu:
-            return self._run_program(warm, backends[Device.CPU], source)
+            return self._run_program(warm, backends[Device.CPU], source, sinks)
         low, roots = self.lowered(warm, machine)
         picker = RoutePicker(low.graph, machine.gpu, _free_gpu(machine))
         out, meter = run_graph(low.graph, roots, self.forest, backends, source, self.store,
@@ -203,16 +209,30 @@ class Compiled:
                 for name, n in low.roots.items()}, meter
 
 
-    def _run_program(self, warm: bool, backend, source):
+    def _run_program(self, warm: bool, backend, source, sinks=None):
         prog = self.program(warm)
         if hasattr(backend, "plan_cap"):
             backend.plan_cap = prog.plan_cap
-        out, meter = run_program(prog, self.forest, backend, source, self.store)
+        out, meter = run_program(prog, self.forest, backend, source, self.store, sinks)
         if self.persist:
             for form, node in prog.kept.items():
                 self.store[form] = out[node]
-        return {name: (out[n] if backend.symbolic else backend.to_host(out[n]))
+        return {name: (out[n].dest if isinstance(out[n], Sink) else
+                       out[n] if backend.symbolic else backend.to_host(out[n]))
                 for name, n in prog.roots.items()}, meter
+
+    def _check_sinks(self, sinks, gpu: bool) -> None:
+        """The sinks this schedule was planned with are given, and can take their writes."""
+        by_value = {r.value: r.name for r in self.forest.roots}
+        names = {by_value[self.sched.forms[f].value] for f in self.sched.sinks}
+        missing = sorted(names - set(sinks or ()))
+        if missing:
+            raise SinkError(f"results {', '.join(missing)} were planned with a sink but none "
+                            f"was given; pass out={{{missing[0]!r}: destination}}")
+        if gpu:
+            raise SinkError(f"result sinks ({', '.join(sorted(names))}) are written on the "
+                            f"CPU path only; evaluate with backend='numpy', or without out=")
+        check_sinks(self.analysis, sinks)
 
 
 def _host(backends, g, n: int, x):

@@ -22,9 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from ..errors import SinkError
 from ..forest.values import Forest
 from .graph import INPLACE, VIEWS, Device, Graph, Node, Op
 from .metering import Accounting, Meter
+from .sinks import Sink
 from .sources import LeafReader
 
 __all__ = ["Meter", "run_graph"]
@@ -65,7 +67,7 @@ def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[
 def _allocates(node: Node) -> bool:
     """A new buffer: not a view, not in place, not a reader (a stored input is a buffer
     kept from an earlier evaluation, so it counts)."""
-    return node.op not in VIEWS and node.op not in INPLACE and (
+    return node.op not in VIEWS and node.op not in INPLACE and node.op is not Op.SINK and (
         node.op is not Op.INPUT or node.params[0] == "stored")
 
 
@@ -182,9 +184,10 @@ class _Executor:
     the source of inputs and the store of kept arrays."""
 
     def __init__(self, g: Graph, values, backends: Mapping[Device, object], source, store,
-                 alias: Mapping[int, int]) -> None:
+                 alias: Mapping[int, int], sinks: Mapping[str, Sink] | None = None) -> None:
         self.g, self.values, self.backends = g, values, backends
         self.source, self.store, self.alias = source, store, alias
+        self.sinks = sinks
         self.default = backends[Device.CPU]
 
     def device(self, n: int) -> Device:
@@ -223,13 +226,31 @@ def _contract(ex: _Executor, be, node: Node, args):
 
 
 def _accumulate(ex: _Executor, be, node: Node, args):
+    if isinstance(args[0], Sink):             # written to the caller's destination
+        return args[0], args[0].add(None, None, node.params[0], _host(be, args[1]),
+                                    not be.symbolic)
     res = be.accumulate_(args[0], args[1], node.params[0])
     return res, be.nbytes(args[1]) if abs(node.params[0]) != 1.0 else 0   # alpha * src
 
 
 def _add_into(ex: _Executor, be, node: Node, args):
+    if isinstance(args[0], Sink):
+        at, perm, alpha = node.params[:3]
+        return args[0], args[0].add(at, perm, alpha, _host(be, args[1]), not be.symbolic)
     res = be.add_into_(args[0], args[1], *node.params[:3])
     return res, be.nbytes(args[1]) if abs(node.params[2]) != 1.0 else 0
+
+
+def _sink(ex: _Executor, be, node: Node, args):
+    if ex.sinks is None or node.params[0] not in ex.sinks:
+        raise SinkError(f"result {node.params[0]} was planned with a sink, but none was "
+                        f"given for it (out={{{node.params[0]!r}: destination}})")
+    s = ex.sinks[node.params[0]]
+    return s, s.open(not be.symbolic, node.params[1] or None)
+
+
+def _host(be, x):
+    return x if be.symbolic else be.to_host(x)
 
 
 def _copy(ex: _Executor, be, node: Node, args):
@@ -256,4 +277,5 @@ _OPS: dict[Op, Callable] = {
     Op.SCATTER: lambda ex, be, node, a: (be.scatter_(a[0], a[1], node.params[0]), 0),
     Op.INIT: lambda ex, be, node, a: (be.init(a[0], node.params[0]), 0),
     Op.COPY: _copy,
+    Op.SINK: _sink,
 }

@@ -7,7 +7,8 @@ simply no longer reachable). Placement (which device runs a node) lives in a sid
 
 Memory semantics, which the meter follows: ``alloc`` ops make a new buffer; ``view`` ops
 (permute, reshape) alias their input; ``inplace`` ops (accumulate, scatter, scale) write
-into input 0 and return it; ``input`` nodes are the caller's arrays (not metered).
+into input 0 and return it; ``input`` nodes are the caller's arrays and ``sink`` nodes the
+caller's destinations (neither metered).
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class Op(enum.Enum):
     #                          (params: index ranges of target, perm, alpha, flops)
     INIT = "init"            # out = alpha * src, a new buffer (params: alpha)
     COPY = "copy"            # to another device (params: target device)
+    SINK = "sink"            # the caller's destination of a result, opened (zeroed); adds
+    #                          into it write there (params: result name, fill)
     BRANCH = "branch"        # alternative routes (inputs: arm exits; params: reconverge)
 
 

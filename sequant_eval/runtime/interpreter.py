@@ -75,14 +75,15 @@ def _tables(prog: LoopProgram) -> _Tables:
 
 
 def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
-                store: Mapping[int, object] | None = None):
+                store: Mapping[int, object] | None = None, sinks: Mapping | None = None):
     """Execute ``prog`` on one backend; returns ``({root node: array}, Meter)``.
 
     ``source`` resolves input nodes to readers (``TensorSource``), ``store`` holds the
-    arrays kept from an earlier evaluation."""
+    arrays kept from an earlier evaluation, ``sinks`` the destinations of results planned
+    with one (result name → ``sinks.Sink``)."""
     t = _tables(prog)
     g = prog.graph
-    ex = _Executor(g, forest.values, {Device.CPU: backend}, source, store, {})
+    ex = _Executor(g, forest.values, {Device.CPU: backend}, source, store, {}, sinks)
     book = Accounting(prog.form_of)
     out: dict[int, object] = {}
     ranges: dict[int, tuple[int, int]] = {}

@@ -91,6 +91,8 @@ class _Lowering:
         self.body = self.root.body              # where emitted nodes go (loop program)
         self.readers: list[int] = []            # input nodes (loop program: up front)
         self.held: dict = {}                    # interned tuples and symbolic values
+        self.sinks = self.sched.sinks           # sums written to the caller's destination
+        self.names = {r.value: r.name for r in a.forest.roots}
 
     def emit(self, op: Op, inputs=(), params=(), shape=(), tag="") -> int:
         self.seq += 1
@@ -141,7 +143,8 @@ class _Lowering:
                        if f.kind is FormKind.SUM and f.value == root.value)
             if fid not in self.node_of:               # every term cancelled
                 self.node_of[fid] = self.emit(Op.ZEROS, params=(self.a.shapes[root.value],),
-                                              shape=self.a.shapes[root.value], tag=root.name)
+                                              shape=self.a.shapes[root.value], tag=root.name) \
+                    if fid not in self.sinks else self.open_sink(fid, fill=True)
             roots[root.name] = self.node_of[fid]
         kept = {f: self.node_of[f] for f in self.persistent if f in self.node_of}
         return Lowered(self.g, roots, kept, self.form_of)
@@ -176,13 +179,17 @@ class _Lowering:
         del self.ctx[block.loop]
 
     def allocate(self, block: ScopeBlock, path: tuple, loop) -> None:
-        """The destinations allocated when ``block`` opens."""
+        """The destinations allocated when ``block`` opens (sinks opened after them)."""
+        sinks = []
         for fid in self.alloc.get(path, ()):
             if self._skip(fid):
                 continue
             if fid in self.folded:                  # its batches go straight into the sum
                 target = self.folded[fid]
-                if target not in self.node_of:
+                if target in self.sinks:
+                    if target not in self.node_of and target not in sinks:
+                        sinks.append(target)
+                elif target not in self.node_of:
                     shape = self.a.shapes[self.forms[target].value]
                     self.node_of[target] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
                                                      tag=f"f{target} sum")
@@ -191,6 +198,16 @@ class _Lowering:
             shape = self.shape(fid)
             self.node_of[fid] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
                                           tag=f"f{fid} destination")
+        for target in sinks:
+            self.node_of[target] = self.open_sink(target)
+
+    def open_sink(self, fid: int, fill: bool = False) -> int:
+        """The caller's destination of sum ``fid``'s result, opened (zeroed when it
+        accumulates, or when ``fill``: no term wrote it)."""
+        value = self.forms[fid].value
+        name = self.names[value]
+        return self.emit(Op.SINK, params=(name, fill), shape=self.a.shapes[value],
+                         tag=f"f{fid} sink {name}")
 
     def batch(self, block: ScopeBlock, path: tuple) -> None:
         """One batch of ``block`` (the loop program: its body, for every batch)."""
@@ -243,7 +260,9 @@ class _Lowering:
         f = self.forms[step.form]
         leaf = self.forms[f.operands[step.entry]]
         entry = self.a.forest.values[f.value].entries[step.entry]
-        if step.form not in self.node_of:
+        if step.form in self.sinks and step.form not in self.node_of:
+            self.node_of[step.form] = self.open_sink(step.form)
+        elif step.form not in self.node_of:
             shape = self.a.shapes[f.value]
             self.node_of[step.form] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
                                                 tag=f"f{step.form} sum")
@@ -315,6 +334,8 @@ class _Lowering:
         layout = self.layouts.get(f.operands[step.entry])   # made in another order
         perm = entry.perm if layout is None else tuple(layout.index(p) for p in entry.perm)
         view = self.emit(Op.PERMUTE, (src,), (perm,), tuple(shape[p] for p in perm), tag)
+        if step.form in self.sinks and step.form not in self.node_of:
+            self.node_of[step.form] = self.open_sink(step.form)
         if step.form not in self.node_of:
             self.node_of[step.form] = self.emit(Op.INIT, (view,), (alpha, work),
                                                 self.g.nodes[view].shape, tag)

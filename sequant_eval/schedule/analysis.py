@@ -1,7 +1,7 @@
 """Plan → boulevard → ordered schedule → static peak, in one call."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..plan.regime import Regime
 from ..forest.values import Forest
@@ -12,7 +12,7 @@ from .flops import schedule_flops
 from .ordered import OrderedSchedule, build_ordered_schedule
 from .layouts import kernel_scratch, sum_layouts
 from .peak import (Liveness, PeakProfile, Point, liveness, moves, peak_profile_sweep,
-                   schedule_points, transients)
+                   schedule_points, sunk_sums, transients)
 
 __all__ = ["ScheduleAnalysis", "analyze_schedule", "value_shapes"]
 
@@ -83,6 +83,8 @@ def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     rich, ordered = boulevard_and_order(forest, plan)
     if ordered is None:
         ordered = build_ordered_schedule(rich)      # raises: why it cannot be sequenced
+    if plan.policy.sinks:
+        ordered = replace(ordered, sinks=sunk_sums(ordered, forest, plan.policy.sinks))
     shapes = value_shapes(forest, plan.extents)
     points = schedule_points(ordered)
     cells = liveness(ordered, forest, shapes, plan.policy.itemsize, points)

@@ -157,12 +157,15 @@ def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
 
 
 def lower_bound(forest: Forest, extents, policy: BatchPolicy) -> int:
-    """Bytes no plan can go below: every equation result is whole and alive at the end."""
+    """Bytes no plan can go below: every equation result is whole and alive at the end
+    (one written to a sink is not held)."""
     from .analysis import value_shapes
     from ..plan.regime import footprint_bytes
 
     shapes = value_shapes(forest, extents)
-    return sum(footprint_bytes(shapes[r.value], policy.itemsize) for r in forest.roots)
+    sunk = dict(policy.sinks)
+    return sum(footprint_bytes(shapes[r.value], policy.itemsize) for r in forest.roots
+               if r.name not in sunk)
 
 
 #: Relative width of the budget grid the minimum is searched on.
@@ -222,7 +225,7 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
 def _top(fit: _Fitting) -> ScheduleAnalysis:
     """The unbatched schedule, leaves fetched per term (the search's upper end)."""
     if fit.top is None:
-        unbatched = BatchPolicy(itemsize=fit.policy.itemsize)
+        unbatched = BatchPolicy(itemsize=fit.policy.itemsize, sinks=fit.policy.sinks)
         fit.top = analyze_schedule(fit.forest, replace(TermPlanner(
             fit.forest, fit.extents, unbatched, fit.exact).plan(), share_leaves=False))
     return fit.top

@@ -18,7 +18,7 @@ import enum
 import heapq
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ScheduleError
 from ..plan.loops import LoopKind
@@ -100,10 +100,12 @@ def walk_blocks(root: ScopeBlock, path: Path = ()
 @dataclass(frozen=True)
 class OrderedSchedule:
     """The ordered tree of scope blocks over a RichSchedule: the schedule the runtime lowers
-    and the peak analysis sweeps."""
+    and the peak analysis sweeps. ``sinks``: the equation sums written to the caller's
+    destination (sum form → sink kind, ``BatchPolicy.sinks``), never held."""
 
     root: ScopeBlock
     rich: RichSchedule
+    sinks: dict = field(default_factory=dict, compare=False)
 
     @property
     def forms(self):

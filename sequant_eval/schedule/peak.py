@@ -21,7 +21,8 @@ from .ordered import OrderedSchedule, walk_blocks
 
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
            "peak_profile_sweep", "peak_profile_replay", "footprint", "transients",
-           "folded_into", "stream_rows", "STREAM_BYTES"]
+           "folded_into", "stream_rows", "STREAM_BYTES", "sunk_sums", "sink_piece",
+           "sink_piece_bytes", "sink_write_bytes"]
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,15 @@ class PeakProfile:
 
 def footprint(form: Form, forest: Forest, shapes, loops, itemsize: int = 8) -> int:
     """Bytes of a form: its value's shape with sliced modes at the loop's block extent."""
+    return footprint_bytes(block_shape(form, shapes, loops), itemsize)
+
+
+def block_shape(form: Form, shapes, loops) -> list:
+    """A form's shape: its value's, with sliced modes at the loop's block extent."""
     shape = list(shapes[form.value])
     for pos, lid in form.sliced:
         shape[pos] = min(loops[lid].block, shape[pos])
-    return footprint_bytes(shape, itemsize)
+    return shape
 
 
 def schedule_points(sched: OrderedSchedule) -> list[Point]:
@@ -137,10 +143,49 @@ def _stream_bytes(leaf: Form, forest: Forest, shapes, itemsize: int) -> int:
     return stream_rows(shape, itemsize) * itemsize * prod(shape[1:]) if shape else itemsize
 
 
+def sunk_sums(sched: OrderedSchedule, forest: Forest, sinks) -> dict[int, str]:
+    """Sum form → sink kind of every equation result given a sink (``BatchPolicy.sinks``:
+    result name → kind)."""
+    kinds = dict(sinks)
+    values = {r.value: kinds[r.name] for r in forest.roots if r.name in kinds}
+    return {f.id: values[f.value] for f in sched.forms
+            if f.kind is FormKind.SUM and f.value in values}
+
+
+def sink_piece(shape: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """How a region of a sink is written: ``(axis, rows)`` — pieces of ``rows`` entries of
+    ``axis``, every axis before it fixed to one entry and every axis after it whole: the
+    largest such pieces of at most ``STREAM_BYTES`` (one element at least). ``(-1, 1)``
+    for a scalar."""
+    shape = tuple(int(n) for n in shape)
+    for j in range(len(shape)):
+        row = itemsize * prod(shape[j + 1:])
+        if row <= STREAM_BYTES:
+            return j, max(1, min(shape[j], STREAM_BYTES // row))
+    return -1, 1
+
+
+def sink_piece_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of one piece of a sink region (``sink_piece``)."""
+    j, rows = sink_piece(shape, itemsize)
+    return itemsize * (rows * prod(int(n) for n in shape[j + 1:]) if j >= 0 else 1)
+
+
+def sink_write_bytes(kind: str, region: tuple[int, ...], alpha: float, itemsize: int) -> int:
+    """What one write of a block into a sink holds while it runs. An accumulating sink is
+    read, added into and written back piece by piece (one piece; a second for the scaled
+    addend when ``alpha`` is not ±1); a write-once sink (a callable) is handed the block as
+    its own contiguous array in the result's layout (one block-sized copy)."""
+    if kind == "once":
+        return itemsize * prod(int(n) for n in region)
+    return sink_piece_bytes(region, itemsize) * (1 if abs(alpha) == 1 else 2)
+
+
 def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
     """Points where a sum's first entry takes over the entry's buffer (as the walk does);
-    never into a sum that assembled terms are added into directly."""
+    never into a sum that assembled terms are added into directly, nor into a sink."""
     forms = sched.forms
+    sinks = sched.sinks
     fed = {s for f, s in folded_into(sched).items() if forms[f].kind is FormKind.ASSEMBLE}
     last: dict[int, int] = {}
     for k, p in enumerate(points):
@@ -148,7 +193,7 @@ def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[in
             last[r] = k
     out = set()
     for k, p in enumerate(points):
-        if p.kind == "build" and p.entry == 0 and p.form not in fed:
+        if p.kind == "build" and p.entry == 0 and p.form not in fed and p.form not in sinks:
             src = forms[forms[p.form].operands[0]]
             perm = forest.values[forms[p.form].value].entries[0].perm
             if (last[src.id] == k and src.kind is not FormKind.LEAF and not src.scope
@@ -200,7 +245,7 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
         start[f] = 0
     for f in kept | stored:
         end[f] = final
-    return [Liveness(f.id, 0 if f.id in folded else
+    return [Liveness(f.id, 0 if f.id in folded or f.id in sched.sinks else
                      footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
                      end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
             for f in forms if f.id not in skipped]
@@ -225,38 +270,75 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
                skipped: frozenset[int] = frozenset()) -> dict[int, int]:
     """Point → bytes held there only while one operation runs: a contraction kernel's
     temporaries (``scratch``: elements per contraction form, see
-    ``layouts.kernel_scratch``), and the scaled copy ``alpha * x`` of an addend that a sum
-    entry (or a batch added straight into a sum) with a coefficient other than ±1 makes."""
+    ``layouts.kernel_scratch``), the scaled copy ``alpha * x`` of an addend that a sum
+    entry (or a batch added straight into a sum) with a coefficient other than ±1 makes,
+    and a sink's writes (``sink_write_bytes``; an accumulating sink is zeroed piece by
+    piece where the sum is first touched). Ops that run one after another at a point count
+    by the larger."""
     forms = sched.forms
     folded = folded_into(sched)
     moved = moves(sched, forest, points)
     alloc = allocations(sched)
-    made: set[int] = set()           # sums allocated so far (a first entry then adds)
+    sinks = sched.sinks
+    made: set[int] = set()           # sums allocated (or sinks opened) so far
     out: dict[int, int] = {}
+
+    def at(k: int, nbytes: int) -> None:
+        out[k] = max(out.get(k, 0), nbytes)
+
+    def touch(k: int, sid: int) -> None:
+        if sid in sinks and sid not in made and sinks[sid] == "accumulate":
+            at(k, sink_piece_bytes(shapes[forms[sid].value], itemsize))
+        made.add(sid)
+
+    def entry(sid: int, leg: int):
+        return forest.values[forms[sid].value].entries[leg]
+
     for k, p in enumerate(points):
         if p.kind == "open":
-            made.update(folded[o] for o in alloc.get(p.path, ()) if o in folded)
+            for o in alloc.get(p.path, ()):
+                if o in folded:
+                    touch(k, folded[o])
         if p.form in skipped or p.kind == "skip":
             continue
         if p.kind == "build" and p.entry < 0 and p.form in scratch:
-            out[k] = scratch[p.form] * itemsize
+            at(k, scratch[p.form] * itemsize)
         elif p.kind == "build" and p.entry >= 0:
             src = forms[forms[p.form].operands[p.entry]]
-            coeff = forest.values[forms[p.form].value].entries[p.entry].coefficient
-            if src.kind is FormKind.LEAF and src.id in folded:     # one chunk (scaled too)
-                out[k] = _stream_bytes(src, forest, shapes, itemsize) * (
-                    1 if abs(coeff) == 1 else 2)
-            elif (src.id not in folded and p.form in made and abs(coeff) != 1
-                  and k not in moved):
-                out[k] = footprint(src, forest, shapes, sched.loops, itemsize)
+            e = entry(p.form, p.entry)
+            coeff = e.coefficient
+            if src.id in folded and src.kind is FormKind.ASSEMBLE:
+                continue                                 # added batch by batch at escapes
+            if p.form in sinks:
+                touch(k, p.form)
+                shape = block_shape(src, shapes, sched.loops)
+                if src.kind is FormKind.LEAF and src.id in folded:       # one chunk
+                    shape[0] = stream_rows(tuple(shape), itemsize) if shape else 1
+                    chunk = itemsize * prod(shape)
+                else:
+                    chunk = 0
+                region = tuple(shape[q] for q in e.perm)
+                at(k, chunk + sink_write_bytes(sinks[p.form], region, coeff, itemsize))
+            elif src.kind is FormKind.LEAF and src.id in folded:     # one chunk (scaled too)
+                at(k, _stream_bytes(src, forest, shapes, itemsize) * (
+                    1 if abs(coeff) == 1 else 2))
+            elif p.form in made and abs(coeff) != 1 and k not in moved:
+                at(k, footprint(src, forest, shapes, sched.loops, itemsize))
             made.add(p.form)
         elif p.kind == "escape" and p.form in folded:
-            sum_form = forms[folded[p.form]]
-            coeffs = [forest.values[sum_form.value].entries[leg].coefficient
-                      for r, leg in sched.rich.readers[p.form]]
-            if any(abs(c) != 1 for c in coeffs):
-                out[k] = footprint(forms[forms[p.form].source], forest, shapes, sched.loops,
-                                   itemsize)
+            sid = folded[p.form]
+            src = forms[forms[p.form].source]
+            legs = [entry(sid, leg) for _, leg in sched.rich.readers[p.form]]
+            if sid in sinks:
+                shape = block_shape(src, shapes, sched.loops)
+                for e in legs:
+                    at(k, sink_write_bytes(sinks[sid], tuple(shape[q] for q in e.perm),
+                                           e.coefficient, itemsize))
+            elif any(abs(e.coefficient) != 1 for e in legs):
+                at(k, footprint(src, forest, shapes, sched.loops, itemsize))
+    for f in forms:                  # a sum whose terms all cancelled: zeros at the end
+        if f.id in sinks and f.kind is FormKind.SUM and not f.operands:
+            at(len(points) - 1, sink_piece_bytes(shapes[f.value], itemsize))
     return out
 
 
@@ -303,8 +385,8 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
             remaining[r] += 1
     moved = moves(sched, forest, points)
     folded = folded_into(sched)
-    size = {f.id: 0 if f.id in folded else footprint(f, forest, shapes, sched.loops, itemsize)
-            for f in forms}
+    size = {f.id: 0 if f.id in folded or f.id in sched.sinks else
+            footprint(f, forest, shapes, sched.loops, itemsize) for f in forms}
     extra = transients(sched, forest, shapes, points, scratch, itemsize)
     live: dict[int, int] = {}
     pending: dict[tuple, list[int]] = defaultdict(list)
