@@ -131,6 +131,50 @@ class _Shared:
 _LOCAL = threading.local()
 
 
+class _QuietLoop:
+    """The worker's event loop held still while a traced task runs.
+
+    tracemalloc counts the allocations of every thread in the process, and a worker's
+    event loop thread keeps allocating while a task runs: every message it sends
+    (heartbeats, task states, the previous result) packs through msgpack, whose packer
+    takes a 256 KiB buffer. How many of those overlap the task's own peak depends on how
+    long the task takes, so on the machine's load, not on the task. Parked on a callback
+    it runs before the trace starts and leaves after the trace stops, the loop does none
+    of that in between; what is traced is the task. The worker sends nothing while it is
+    parked (a traced task longer than the scheduler's ``worker-ttl`` would be taken for
+    dead), and a task that needs the loop itself (a provider calling back into Dask) must
+    not be traced. Outside a worker, or on the loop's own thread, nothing is parked."""
+
+    def __init__(self) -> None:
+        self._parked, self._leave = threading.Event(), threading.Event()
+        self._loop = None
+        try:
+            from distributed import get_worker
+
+            loop = get_worker().loop
+        except (ImportError, ValueError, AttributeError):
+            return
+        owner = getattr(getattr(loop, "asyncio_loop", None), "_thread_id", None)
+        if owner != threading.get_ident():
+            self._loop = loop
+
+    def _hold(self) -> None:
+        self._parked.set()
+        self._leave.wait()
+
+    def park(self, timeout: float = 60.0) -> None:
+        """Return once the loop has finished what it was doing and waits in ``_hold``
+        (after ``timeout`` seconds without that, go on unparked: the trace may then
+        include the loop's allocations)."""
+        if self._loop is not None:
+            self._loop.add_callback(self._hold)
+            self._parked.wait(timeout)
+
+    def release(self) -> None:
+        """Let the loop go on (it leaves ``_hold`` at once, or never waits in it)."""
+        self._leave.set()
+
+
 def run_task(shared: _Shared, segment: Segment, bundle: dict, stored: dict, trace: bool):
     """On a worker: one batch's graph by the one executor; its results by global node, and
     (metered peak, traced peak or None, seconds, worker address)."""
@@ -142,7 +186,9 @@ def run_task(shared: _Shared, segment: Segment, bundle: dict, stored: dict, trac
     be = _LOCAL.backend
     be.dtype = shared.dtype
     start = time.perf_counter()
+    quiet = _QuietLoop() if trace else None
     if trace:
+        quiet.park()                  # tracemalloc counts every thread: the task's alone
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
     try:
@@ -152,6 +198,7 @@ def run_task(shared: _Shared, segment: Segment, bundle: dict, stored: dict, trac
     finally:
         if trace:
             tracemalloc.stop()
+            quiet.release()
     try:
         from distributed import get_worker
 
@@ -283,8 +330,7 @@ class _Run:
                 self.progress("cluster tasks", len(self.records), len(self.part.tasks))
             while self._room(block, pending, running, applied):
                 submit()
-        del scattered
-
+        scattered.clear()             # the futures released: the workers may drop them
 
     def _room(self, block: Block, pending, running, applied: int) -> bool:
         """Whether to submit the next task: one task in flight per worker thread (none
