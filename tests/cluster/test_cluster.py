@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -256,8 +257,18 @@ def test_a_worker_killed_mid_run_is_retried_and_the_result_is_exact(client, arra
     out = ev.evaluate(arrays, client=client)
     assert killed
     _close(out, reference)
+    # the run can end before the scheduler has dropped the killed worker (when it held
+    # no task): wait for that, as the scheduler sees it, then for its replacement
+    for _ in range(600):
+        if killed[0] not in client.run_on_scheduler(_worker_addresses):
+            break
+        time.sleep(0.1)
     client.wait_for_workers(2, timeout=60)
     assert set(client.run(os.getpid).values()) != set(pids.values())
+
+
+def _worker_addresses(dask_scheduler) -> list[str]:
+    return list(dask_scheduler.workers)
 
 
 def test_the_readme_cluster_recipe_runs(client):
