@@ -4,10 +4,11 @@ A worker reads its own batch slices (``TensorSource`` on the worker, the same re
 one process), so what travels is a way to read, not the data:
 
 - an HDF5 dataset travels as its file and name (``H5Dataset``), reopened read-only on the
-  worker (once per worker process);
+  worker (once per worker process, and again when the file at that path has changed since:
+  another inode, size or mtime);
 - a ``np.memmap`` of a whole file region travels as its file, dtype, shape, offset and
-  order (``MemoryMap``), reopened read-only; a view into a map, or a copy-on-write map, is
-  an in-memory array;
+  order (``MemoryMap``), reopened read-only (a file now too short for it is a
+  ``TruncatedInput``); a view into a map, or a copy-on-write map, is an in-memory array;
 - a provider ``provider(spaces, ranges)`` travels as itself (cloudpickle) and is called on
   the worker with that worker's ranges; any other array-like (a zarr array) travels pickled,
   which for zarr is its store's address;
@@ -24,11 +25,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DistributedError
+from ..errors import DistributedError, TruncatedInput
 
 __all__ = ["H5Dataset", "MemoryMap", "ship_inputs", "open_inputs"]
 
-_OPEN: dict[str, object] = {}          # per worker process: HDF5 files opened read-only
+#: Per worker process: HDF5 files opened read-only, with (inode, size, mtime) at opening.
+_OPEN: dict[str, tuple[object, tuple]] = {}
+
+
+def _version(path: str) -> tuple:
+    """(device, inode, size, mtime) of the file at ``path``; () when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -39,12 +50,16 @@ class H5Dataset:
     name: str
 
     def open(self):
-        """The dataset, its file opened read-only once per worker process."""
+        """The dataset, its file opened read-only once per worker process and again when
+        the file at the path is another version (a file left open would go on reading
+        the replaced one; one still in use by another task closes when that is done)."""
         import h5py
 
-        f = _OPEN.get(self.file)
-        if f is None or not f.id.valid:
-            f = _OPEN[self.file] = h5py.File(self.file, "r")
+        f, seen = _OPEN.get(self.file, (None, ()))
+        now = _version(self.file)
+        if f is None or not f.id.valid or seen != now:
+            f = h5py.File(self.file, "r")
+            _OPEN[self.file] = (f, now)
         return f[self.name]
 
 
@@ -59,7 +74,14 @@ class MemoryMap:
     order: str
 
     def open(self) -> np.memmap:
-        """The map, reopened read-only."""
+        """The map, reopened read-only; a file too short for it is refused."""
+        need = self.offset + int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        version = _version(self.file)
+        if version and version[2] < need:
+            raise TruncatedInput(
+                f"memory map of {self.file}: the file is {version[2]} B, the map needs "
+                f"{need} B (offset {self.offset}, shape {self.shape}, {self.dtype}); it was "
+                f"truncated after the evaluation began: write it again and rerun")
         return np.memmap(self.file, self.dtype, "r", self.offset, self.shape, self.order)
 
 
