@@ -321,6 +321,29 @@ def test_an_hdf5_file_opened_by_a_relative_path_is_found_by_the_workers(
         assert np.abs(out[name] - ref).max() <= 1e-12 * max(1.0, np.abs(ref).max()), name
 
 
+def test_an_hdf5_file_replaced_between_runs_is_read_anew_by_the_workers(
+        client, evaluator, arrays, reference, tmp_path):
+    """The workers keep HDF5 files open between runs; a new file at the same path (here
+    ``g`` scaled by 2) is opened again there, and a dataset of the replaced file still
+    held on the client is refused (``StaleInput``) before any work. Oracle: the
+    single-process run on the new values."""
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f["g"] = arrays["g"]
+    old = h5py.File(path, "r")
+    _close(evaluator.evaluate(dict(arrays, g=old["g"]), client=client), reference)
+    with h5py.File(tmp_path / "new.h5", "w") as f:
+        f["g"] = 2 * arrays["g"]
+    os.replace(tmp_path / "new.h5", path)
+    with pytest.raises(se.StaleInput, match=r"tensor 'g'.*replaced"):
+        evaluator.evaluate(dict(arrays, g=old["g"]), client=client)
+    old.close()
+    doubled = evaluator.evaluate(dict(arrays, g=2 * arrays["g"]))
+    with h5py.File(path, "r") as f:
+        _close(evaluator.evaluate(dict(arrays, g=f["g"]), client=client), doubled)
+
+
 def test_a_closed_client_is_a_typed_error(arrays):
     distributed = pytest.importorskip("distributed")
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
