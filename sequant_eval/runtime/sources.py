@@ -20,11 +20,11 @@ never read whole.
 Integers of every width are read as float64 (``TensorSource.dtype``).
 
 A file-backed input (an h5py dataset, a ``np.memmap``) is checked, not trusted
-(``FileBacking``): when the source is made (every evaluation) and before every read, the
-file at its path must still be the one that is open (else ``StaleInput``: the handle would
-read the replaced file's old content) and still long enough for the data (else
-``TruncatedInput``: HDF5 reads zeros past the end of a truncated file, and a memory map
-read there kills the process). ``fingerprint`` identifies the inputs between evaluations of
+(``FileBacking``): when the source is made (every evaluation) the file at its path must
+still be the one that is open (else ``StaleInput``: the handle would read the replaced
+file's old content), and then and before every read the file must still be long enough
+for the data (else ``TruncatedInput``: HDF5 reads zeros past the end of a truncated file,
+and a memory map read there kills the process). ``fingerprint`` identifies the inputs between evaluations of
 a persisted evaluator (see its docstring for what it checks and what that costs).
 """
 from __future__ import annotations
@@ -90,9 +90,11 @@ class FileBacking:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def verify(self, tensor: str) -> None:
-        """Raise ``StaleInput`` when the file at the path is no longer the one the array
-        reads, ``TruncatedInput`` when the file no longer holds the array's data."""
+    def verify(self, tensor: str, replaced: bool = True) -> None:
+        """Raise ``TruncatedInput`` when the file no longer holds the array's data and,
+        with ``replaced``, ``StaleInput`` when the file at the path is no longer the one
+        the array reads. (Before each read only the first: a file replaced during an
+        evaluation leaves the open one whole, so that evaluation reads one version.)"""
 
     def identity(self) -> tuple:
         """What names this version of the file: path, device, inode, size, mtime."""
@@ -103,7 +105,7 @@ class FileBacking:
     def _replaced(self, tensor: str, what: str, open_ino, path_st, way: str) -> StaleInput:
         return StaleInput(
             f"tensor {tensor!r} is {what} of {self.path}, but that file was replaced on "
-            f"disk after it was opened (inode {open_ino[1]} is open, the path now names "
+            f"disk after it was opened (it reads inode {open_ino[1]}, the path now names "
             f"inode {path_st.st_ino}): it would read the old file's content; {way}")
 
 
@@ -120,7 +122,8 @@ class HDF5Backing(FileBacking):
     was seen to be while open *and* than the dataset's stored data reaches (its contiguous
     extent, or its last chunk's end). Replaced: the open file's inode (``fstat`` of its
     descriptor) is not the one the path names. A file that is gone from its path is not
-    replaced: the open file is all there is to read. Cost per check: two ``stat`` calls."""
+    replaced: the open file is all there is to read. Cost: one ``fstat`` per read, and a
+    ``stat`` of the path per evaluation."""
 
     kind = "HDF5 dataset"
 
@@ -131,6 +134,8 @@ class HDF5Backing(FileBacking):
         self.writable = f.mode != "r"
         self.fd = f.id.get_vfd_handle() if f.driver == "sec2" else None
         self.on_disk = f.driver in ("sec2", "stdio")
+        # read-only: the size HDF5 found at open (max of end of file and of allocation)
+        self.at_open = None if self.writable else int(f.id.get_filesize())
 
     def _open_stat(self) -> os.stat_result | None:
         if self.fd is not None:
@@ -140,19 +145,20 @@ class HDF5Backing(FileBacking):
                 return None
         return _stat(self.path)
 
-    def verify(self, tensor: str) -> None:
+    def verify(self, tensor: str, replaced: bool = True) -> None:
         if not self.on_disk or not self.fid.valid:     # a closed file: the read says so
             return
-        st, now = self._open_stat(), _stat(self.path)
+        st = self._open_stat()
         if st is None:
             return
+        now = _stat(self.path) if replaced else None
         if now is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             raise self._replaced(tensor, f"HDF5 dataset {self.name}", (st.st_dev, st.st_ino),
                                  now, "open the new file (h5py.File(path, 'r')) and pass "
                                  "its dataset")
         size = st.st_size
         if not self.writable:
-            need = int(self.fid.get_filesize())
+            need = self.at_open
         else:
             key = (st.st_dev, st.st_ino, int(self.fid.id))
             seen = _SEEN_SIZES[key] = max(_SEEN_SIZES.get(key, 0), size)
@@ -206,7 +212,7 @@ class MemmapBacking(FileBacking):
     Truncated: the mapped file (``mmap.size()``, an ``fstat`` of the map's own descriptor)
     is shorter than the region mapped. Replaced: the path names another inode than it did
     when this map was first seen here (a map does not say which inode it maps).
-    Cost per check: two ``stat`` calls."""
+    Cost: one ``fstat`` per read, and a ``stat`` of the path per evaluation."""
 
     kind = "memory map"
 
@@ -230,7 +236,7 @@ class MemmapBacking(FileBacking):
             return None
         return size if size < self.end else None
 
-    def verify(self, tensor: str) -> None:
+    def verify(self, tensor: str, replaced: bool = True) -> None:
         size = self.short()
         if size is not None:
             raise TruncatedInput(
@@ -238,7 +244,9 @@ class MemmapBacking(FileBacking):
                 f"but the file is now {size} B: it was truncated after it was mapped, and "
                 f"reading the map past its end would kill the process; write the file "
                 f"again (or restore it) and map it anew")
-        mapped, now = _MAPPED.get(self.map), _stat(self.path) if self.path else None
+        if not replaced or not self.path:
+            return
+        mapped, now = _MAPPED.get(self.map), _stat(self.path)
         if mapped is not None and now is not None and (now.st_dev, now.st_ino) != mapped:
             raise self._replaced(tensor, "a memory map", mapped, now,
                                  "map the new file (np.memmap or np.load(path, "
@@ -444,7 +452,7 @@ class TensorSource:
         def checked(r: Ranges):
             request = f" (asked for ranges {list(r)})"
             if backing is not None:
-                backing.verify(name)
+                backing.verify(name, replaced=False)
             try:
                 out = read(r)
             except SequantEvalError:

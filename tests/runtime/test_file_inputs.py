@@ -19,6 +19,7 @@ import pytest
 
 import sequant_eval as se
 from sequant_eval.errors import TruncatedInput
+from sequant_eval.forest.values import ValueKind
 from sequant_eval.runtime import sources
 
 h5py = pytest.importorskip("h5py")
@@ -142,6 +143,32 @@ def test_a_truncated_memmap_is_a_typed_error_not_a_crash(tmp_path):
                           timeout=300, cwd=os.getcwd())
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     assert proc.stdout.split() == ["typed", "True", "typed", "False"], proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["h5py", "memmap"])
+def test_a_file_truncated_during_an_evaluation_fails_the_next_read(kind, values, tmp_path):
+    """Each read checks the file's length (one fstat): a leaf reader made before the cut
+    refuses to read after it (a memory map is refused before its pages are touched)."""
+    g, t = values
+    forest = se.Evaluator(TEXT, EXT).forest
+    vid = next(v.id for v in forest.values if v.kind is ValueKind.LEAF and v.tensor == "g")
+    if kind == "h5py":
+        path = tmp_path / "g.h5"
+        _h5(path, g)
+        handle = h5py.File(path, "r")
+        array = handle["g"]
+    else:
+        path = tmp_path / "g.bin"
+        np.tile(g, (1, 1024)).tofile(path)          # rows of 48 KiB: the cut unmaps pages
+        array = np.memmap(path, np.float64, "r", shape=(N, 1024 * N))[:, :N]
+    source = sources.TensorSource(forest, {"g": array, "t": t}, EXT)
+    reader = source.reader(vid)
+    np.testing.assert_array_equal(np.asarray(reader.read([(0, 2), None])), g[:2])
+    os.truncate(path, os.stat(path).st_size // 4)
+    with pytest.raises(TruncatedInput, match=r"tensor 'g'.*truncated"):
+        reader.read([(N - 2, N), None])
+    if kind == "h5py":
+        handle.close()
 
 
 def _replace(path, write):
