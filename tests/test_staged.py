@@ -92,7 +92,10 @@ def test_staged_ccsd_within_budget_equals_plain(ccsd, share):
     if budget is not None:
         assert rep.peak_bytes <= share * top < budget       # the programs are on top
         assert rep.loops                                    # it did batch
-    assert traced <= 1.05 * rep.peak_bytes
+    # the stages' programs (kernel plans made inside the trace when no earlier test made
+    # them) are charged to the budget as their reserves, on top of the arrays
+    programs = ev._program_bytes() if budget is not None else 0
+    assert traced <= 1.05 * rep.peak_bytes + programs
     assert rep.peak_bytes > max(rep.held_bytes) > 0         # the held results are charged
 
 

@@ -50,6 +50,7 @@ class BatchPlan:
     terms: tuple[TermPlan, ...]
     loops: tuple[Loop, ...]
     share_leaves: bool = True      # one fetched block per leaf for the whole forest
+    sliced: tuple = ()             # inner sums sliced by tied loops (``slicing.SlicedSum``)
 
     def term(self, value: int) -> TermPlan:
         """The plan of the term whose root value is ``value``."""
@@ -65,6 +66,9 @@ class BatchPlan:
         lines = [self.policy.dump()]
         lines += [str(loop) for loop in self.loops]
         lines += [t.dump() for t in self.terms]
+        lines += [f"v{s.value} sliced on modes {list(s.modes)} by "
+                  f"{' = '.join('+'.join(f'L{l}' for l in ls) for ls in s.loops)}"
+                  for s in self.sliced]
         return "\n".join(lines) + "\n"
 
 

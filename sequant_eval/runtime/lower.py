@@ -26,7 +26,8 @@ from math import prod
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.ordered import BuildStep, ScopeBlock
-from ..schedule.peak import allocations, folded_into, moves, schedule_points, stream_rows
+from ..schedule.peak import (allocations, folded_into, moves, scaled_in_place,
+                             schedule_points, stream_rows)
 from .graph import Graph, Node, Op
 from .program import Block, Extent, LoopProgram, Span, Work, symbolic
 
@@ -80,6 +81,8 @@ class _Lowering:
         points = schedule_points(self.sched)
         self.moved = {(points[k].form, points[k].entry)
                       for k in moves(self.sched, a.forest, points)}
+        self.scaled = {(points[k].form, points[k].entry)
+                       for k in scaled_in_place(self.sched, a.forest, points)}
         self.persistent, self.stored, self.skipped = persistent, stored, skipped
         self.seq = 0
         self.form_of: dict[int, int] = {}
@@ -93,6 +96,10 @@ class _Lowering:
         self.held: dict = {}                    # interned tuples and symbolic values
         self.sinks = self.sched.sinks           # sums written to the caller's destination
         self.names = {r.value: r.name for r in a.forest.roots}
+        self.batch_sums: dict[int, list[int]] = {}          # loop → sums built per batch
+        for f in self.forms:
+            if f.kind is FormKind.SUM and f.scope:
+                self.batch_sums.setdefault(f.scope[-1], []).append(f.id)
 
     def emit(self, op: Op, inputs=(), params=(), shape=(), tag="") -> int:
         self.seq += 1
@@ -211,6 +218,8 @@ class _Lowering:
 
     def batch(self, block: ScopeBlock, path: tuple) -> None:
         """One batch of ``block`` (the loop program: its body, for every batch)."""
+        for fid in self.batch_sums.get(block.loop, ()):    # a sliced inner sum starts anew
+            self.node_of.pop(fid, None)
         self.block(block, path)
         for out in block.outputs:
             if self._skip(out.form):
@@ -331,6 +340,10 @@ class _Lowering:
                 Op.SCALE, (src,), (alpha, work), self.g.nodes[src].shape, tag)
             return
         shape = self.g.nodes[src].shape
+        if (step.form, step.entry) in self.scaled:      # its last read: scaled in place
+            half = _work(1.0, shape)
+            src = self.emit(Op.SCALE, (src,), (alpha, half), shape, tag)
+            alpha, work = 1.0, half
         layout = self.layouts.get(f.operands[step.entry])   # made in another order
         perm = entry.perm if layout is None else tuple(layout.index(p) for p in entry.perm)
         view = self.emit(Op.PERMUTE, (src,), (perm,), tuple(shape[p] for p in perm), tag)

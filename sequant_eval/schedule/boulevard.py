@@ -189,16 +189,30 @@ def _shape(form: Form) -> tuple:
             len(form.scope), len(form.span))
 
 
-def _fuse(forms: list[Form], loops, accept) -> _UnionFind:
-    """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow."""
-    uf = _UnionFind(l.id for l in loops)
+def _tied(plan: BatchPlan) -> _UnionFind:
+    """Every loop its own, but the loops an inner sum is sliced by: one (``plan.sliced``)."""
+    uf = _UnionFind(l.id for l in plan.loops)
+    for s in plan.sliced:
+        for lids in s.loops[1:]:
+            for a, b in zip(s.loops[0], lids):
+                uf.union(a, b)
+    return uf
+
+
+def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
+          alone: frozenset[int] = frozenset()) -> _UnionFind:
+    """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow.
+    Loops of the terms in ``alone`` (the terms of sliced inner sums) are not fused with
+    other terms' loops: inside the tied loop each term's batch is added into the inner
+    sum as soon as it is made, not held until a fused block has made its neighbours'."""
+    uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
     seen: dict[tuple, list[Form]] = defaultdict(list)
     canon = None
     for form in forms:
         if not (form.scope or form.span):
             continue
         for other in seen[_shape(form)]:
-            if other.term == form.term:
+            if other.term == form.term or other.term in alone or form.term in alone:
                 continue
             if canon is None:
                 canon = _canonical_ids(forms, uf)
@@ -244,15 +258,18 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan):
     def finish(uf: _UnionFind) -> RichSchedule:
         return _finish(forest, forms, terms, loops, uf)
 
-    rich = finish(_fuse(forms, loops, lambda uf: True))
+    alone = frozenset(forest.values[s.value].entries[k].value for s in plan.sliced
+                      for k in range(len(s.loops)))
+    rich = finish(_fuse(forms, loops, lambda uf: True, _tied(plan), alone))
     ordered = _ordered(rich)
     if ordered is None:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
-        rich = finish(_fuse(forms, loops, lambda uf: _sequencable(finish(uf))))
+        rich = finish(_fuse(forms, loops, lambda uf: _sequencable(finish(uf)), _tied(plan),
+                            alone))
         ordered = _ordered(rich)
         if ordered is None:
-            rich = finish(_UnionFind(l.id for l in loops))
+            rich = finish(_tied(plan))
             ordered = _ordered(rich)
     return rich, ordered
 

@@ -29,6 +29,7 @@ from ..forest.values import Forest
 from ..plan.menu import TermMenu
 from ..plan.planner import BatchPlan, TermPlanner
 from ..plan.policy import BatchPolicy
+from ..plan.slicing import slice_sums, sliceable_sums
 from ..units import format_budget, format_bytes
 from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
 
@@ -54,10 +55,12 @@ class _Fitting:
 
     Probing many budgets then costs one sweep per *distinct* plan, not per probe."""
 
-    def __init__(self, forest: Forest, extents, policy: BatchPolicy) -> None:
+    def __init__(self, forest: Forest, extents, policy: BatchPolicy,
+                 sliced: bool = False) -> None:
         self.forest = forest
         self.extents = extents
         self.policy = policy
+        self.sliced = sliced             # inner sums sliced by tied loops (plan/slicing.py)
         self.exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
         self.menus: dict[int, TermMenu] = {}
         self.verdicts: dict[tuple, _Verdict] = {}
@@ -71,6 +74,12 @@ class _Fitting:
         forest's term menus."""
         return TermPlanner(self.forest, self.extents, policy, self.exact, progress,
                            self.menus)
+
+    def prepare(self, plan: BatchPlan) -> BatchPlan:
+        """A planned forest as this fitting schedules it: leaves fetched per term, and the
+        inner sums sliced when this is the sliced fitting."""
+        plan = replace(plan, share_leaves=False)
+        return slice_sums(self.forest, plan, self.extents) if self.sliced else plan
 
     def analyze(self, plan: BatchPlan) -> ScheduleAnalysis:
         """The schedule of ``plan`` (the last few are remembered)."""
@@ -111,12 +120,14 @@ def _verdict(a: ScheduleAnalysis) -> _Verdict:
 _FITTINGS: dict[tuple, _Fitting] = {}
 
 
-def _fitting(forest: Forest, extents, policy: BatchPolicy) -> _Fitting:
-    """The fitter's memory for this forest and policy (dropped with the forest)."""
-    key = _key(forest, extents, policy)
+def _fitting(forest: Forest, extents, policy: BatchPolicy, sliced: bool = False) -> _Fitting:
+    """The fitter's memory for this forest and policy (dropped with the forest); ``sliced``:
+    the fitting whose plans slice the inner sums (``plan/slicing.py``)."""
+    key = _key(forest, extents, policy) + (sliced,)
     got = _FITTINGS.get(key)
     if got is None or got.forest is not forest:
-        got = _FITTINGS[key] = _Fitting(forest, extents, replace(policy, budget=math.inf))
+        got = _FITTINGS[key] = _Fitting(forest, extents, replace(policy, budget=math.inf),
+                                        sliced)
         weakref.finalize(forest, _FITTINGS.pop, key, None)
     return got
 
@@ -130,7 +141,7 @@ def _attempt(fit: _Fitting, policy: BatchPolicy,
     best = None
     for _ in range(_ROUNDS):
         try:
-            plan = replace(planner.plan(budgets), share_leaves=False)
+            plan = fit.prepare(planner.plan(budgets))
         except InfeasibleBudget:
             return None, best if best is not None else budget
         v = fit.verdict(plan)
@@ -184,8 +195,18 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
     between the lower bound and the unbatched peak, and the fitted schedule there.
 
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
-    per forest and policy (a second refusal is instant)."""
-    fit = _fitting(forest, extents, policy)
+    per forest and policy (a second refusal is instant). Where inner sums can be sliced
+    (``plan/slicing.py``) it is the smaller of the minima with and without slicing."""
+    best = _minimum(_fitting(forest, extents, policy), policy, progress)
+    if sliceable_sums(forest, policy):
+        other = _minimum(_fitting(forest, extents, policy, sliced=True), policy, progress)
+        if other[0] < best[0]:
+            best = other
+    return best
+
+
+def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
+    forest, extents = fit.forest, fit.extents
     if fit.minimum is not None:
         return fit.minimum
     top = _top(fit)
@@ -237,7 +258,7 @@ def _least(fit: _Fitting) -> ScheduleAnalysis | None:
         planner = fit.planner(replace(fit.policy, budget=1))
         budgets = {v: planner.menu(v).min_peak for v in fit.forest.trees}
         try:
-            fit.least = (fit.analyze(replace(planner.plan(budgets), share_leaves=False)),)
+            fit.least = (fit.analyze(fit.prepare(planner.plan(budgets))),)
         except InfeasibleBudget:
             fit.least = (None,)
     return fit.least[0]
@@ -259,6 +280,9 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     fit = _fitting(forest, extents, policy)
     if budget >= floor:
         found, _ = _attempt(fit, policy, progress)
+        if found is None and sliceable_sums(forest, policy):    # inner sums batched too
+            found, _ = _attempt(_fitting(forest, extents, policy, sliced=True), policy,
+                                progress)
         if found is not None:
             return found
     if budget < floor:                    # hopeless: refused at once, minimum on demand

@@ -111,6 +111,10 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
     b = _Builder()
     loops = plan.loops
     terms: dict[int, TermForms] = {}
+    sliced = {s.value: s for s in plan.sliced}
+    tied = {forest.values[s.value].entries[k].value: lids
+            for s in plan.sliced for k, lids in enumerate(s.loops)}
+    batch_of: dict[int, int] = {}         # tied term → its result inside the tied loop
     for tp in plan.terms:
         tree = tp.tree
         results = [-1] * len(tree.nodes)
@@ -130,34 +134,55 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
                                     if loops[l].label in pos))
 
             if not node.children:
+                if n == tree.root and tp.value in tied:
+                    ctx = tp.opens[n]            # a term that is one block, read by batch
+                    batch_of[tp.value] = -1
                 # an unsliced block fetched for one term is not kept for the next one
                 # unless the plan shares leaves (the unbatched walk does)
                 mine = -1 if plan.share_leaves or ctx else tp.value
                 fid = b.add(kind=FormKind.LEAF, value=node.value, term=tp.value,
                             sliced=sliced_on(ctx), partial=(), scope=ctx, owner=mine)
                 results[n] = builds[n] = fid
+                if batch_of.get(tp.value) == -1:
+                    batch_of[tp.value] = fid
                 return
+            lids = tied.get(tp.value, ())
+            k = len(lids)
             for c in node.children:
-                sub = prefix_for(chain_labels(chain), labels[c])
-                visit(c, tuple(x.loop for x in sub))
+                sub = tuple(x.loop for x in prefix_for(chain_labels(chain), labels[c]))
+                if k and chain[:k] == lids and sub[:k] != lids:
+                    # inside tied loops everything is made per batch (the other terms of
+                    # the sliced sum share them): what lacks their labels is made again
+                    sub = lids + tuple(x.loop for x in prefix_for(chain_labels(chain[k:]),
+                                                                   labels[c]))
+                visit(c, sub)
             contracted = tuple(l for l in tp.opens[n] if loops[l].label not in labels[n])
             fid = b.add(kind=FormKind.CONTRACT, value=node.value, term=tp.value,
                         sliced=sliced_on(chain), partial=contracted, scope=chain,
                         operands=tuple(results[c] for c in node.children), first=tp.first[n])
             builds[n] = fid
             opens = tp.opens[n]
+            # a tied loop (an inner sum sliced on it) keeps its own escape: the term's
+            # batch of it is what the inner sum's batch reads
+            lids = tied.get(tp.value, ())
+            split = len(lids) if n == tree.root and lids and opens[:len(lids)] == lids else 0
+            if split:
+                batch_of[tp.value] = fid
             j = len(opens)
             while j > 0:
                 # a run of external loops scatters jointly: one destination, no
                 # intermediate forms between them
                 i = j - 1
-                while i > 0 and _external(loops, opens[i - 1]) and _external(loops, opens[j - 1]):
+                while i > (split if j > split else 0) and _external(
+                        loops, opens[i - 1]) and _external(loops, opens[j - 1]):
                     i -= 1
                 outer = ctx + opens[:i]
                 fid = b.add(kind=FormKind.ASSEMBLE, value=node.value, term=tp.value,
                             sliced=sliced_on(outer),
                             partial=tuple(l for l in contracted if l in outer),
                             scope=outer, source=fid, via=opens[j - 1], also=opens[i : j - 1])
+                if split and i == split:
+                    batch_of[tp.value] = fid
                 j = i
             results[n] = fid
 
@@ -168,6 +193,16 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
 
     def sum_form(vid: int) -> int:
         if vid in sums:
+            return sums[vid]
+        if vid in sliced:            # built batch by batch in the tied loops, then escapes
+            lids = sliced[vid].loops[0]
+            inner = b.add(kind=FormKind.SUM, value=vid, term=-1,
+                          sliced=tuple(sorted(zip(sliced[vid].modes, lids))), partial=(),
+                          scope=lids, operands=tuple(batch_of[e.value]
+                                                     for e in forest.values[vid].entries))
+            sums[vid] = b.add(kind=FormKind.ASSEMBLE, value=vid, term=-1, sliced=(),
+                              partial=(), scope=(), source=inner, via=lids[-1],
+                              also=lids[:-1])
             return sums[vid]
         ops = []
         for e in forest.values[vid].entries:

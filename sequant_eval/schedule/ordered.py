@@ -129,7 +129,14 @@ def form_paths(rich: RichSchedule) -> list[Path]:
     would have to be materialized whole.
     """
     forms = rich.forms
-    order = sorted(range(len(forms)), key=lambda f: rich.rank[f])
+
+    def done(f: int) -> float:       # a sum built per batch is complete after its last entry
+        form = forms[f]
+        if form.kind is FormKind.SUM and form.scope and form.operands:
+            return max(rich.rank[o] for o in form.operands) + 0.5
+        return rich.rank[f]
+
+    order = sorted(range(len(forms)), key=done)
     reads = [list(f.operands) + ([f.source] if f.source >= 0 else []) for f in forms]
     escapes = {(forms[f].source, loop) for f in range(len(forms))
                if forms[f].kind is FormKind.ASSEMBLE for loop in forms[f].span}

@@ -22,7 +22,7 @@ from .ordered import OrderedSchedule, walk_blocks
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
            "peak_profile_sweep", "peak_profile_replay", "footprint", "transients",
            "folded_into", "stream_rows", "STREAM_BYTES", "sunk_sums", "sink_piece",
-           "sink_piece_bytes", "sink_write_bytes"]
+           "sink_piece_bytes", "sink_write_bytes", "scaled_in_place"]
 
 
 @dataclass(frozen=True)
@@ -202,6 +202,31 @@ def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[in
     return out
 
 
+def scaled_in_place(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
+    """Points where an entry of a sum built per batch (a sliced inner sum) with a
+    coefficient other than ±1 scales its addend in place before adding it (no scaled
+    copy): the addend is a per-batch result read there for the last time. A first entry
+    makes the sum from it instead."""
+    forms = sched.forms
+    last: dict[int, int] = {}
+    for k, p in enumerate(points):
+        for r in _reads_of(p, sched):
+            last[r] = k
+    out = set()
+    for k, p in enumerate(points):
+        if p.kind != "build" or p.entry <= 0:
+            continue
+        f = forms[p.form]
+        if f.kind is not FormKind.SUM or not f.scope:
+            continue
+        src = forms[f.operands[p.entry]]
+        coeff = forest.values[f.value].entries[p.entry].coefficient
+        if abs(coeff) != 1 and src.kind is not FormKind.LEAF and last[src.id] == k and \
+                f.operands.count(src.id) == 1:
+            out.add(k)
+    return out
+
+
 def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
              points: list[Point] | None = None, kept: frozenset[int] = frozenset(),
              stored: frozenset[int] = frozenset(),
@@ -280,6 +305,7 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
     moved = moves(sched, forest, points)
     alloc = allocations(sched)
     sinks = sched.sinks
+    scaled = scaled_in_place(sched, forest, points)
     made: set[int] = set()           # sums allocated (or sinks opened) so far
     out: dict[int, int] = {}
 
@@ -322,7 +348,7 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
             elif src.kind is FormKind.LEAF and src.id in folded:     # one chunk (scaled too)
                 at(k, _stream_bytes(src, forest, shapes, itemsize) * (
                     1 if abs(coeff) == 1 else 2))
-            elif p.form in made and abs(coeff) != 1 and k not in moved:
+            elif p.form in made and abs(coeff) != 1 and k not in moved and k not in scaled:
                 at(k, footprint(src, forest, shapes, sched.loops, itemsize))
             made.add(p.form)
         elif p.kind == "escape" and p.form in folded:
@@ -423,6 +449,6 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
         if total > best:
             best, at, snapshot = total, k, tuple(sorted(live))
         for r in freed:
-            if forms[r].kind is not FormKind.SUM:
+            if forms[r].kind is not FormKind.SUM or forms[r].scope:   # a sliced inner sum
                 live.pop(r, None)
     return PeakProfile(best, at, snapshot)
