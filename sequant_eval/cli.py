@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import sys
 from collections.abc import Sequence
+from contextlib import contextmanager
+from importlib import import_module
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import ParseError, SequantEvalError, UsageError
+from .errors import InfeasibleBudget, ParseError, SequantEvalError, UsageError
 
 __all__ = ["main"]
 
@@ -114,22 +118,30 @@ def _write(path: str, flag: str, text: str) -> None:
         raise UsageError(f"{flag} {path}: cannot write it ({err.strerror or err})") from err
 
 
+def _flag_budget(text: str | None, flag: str = "--budget"):
+    """A budget flag read once (:class:`~sequant_eval.budget.Budget`); a bad one is the
+    same BudgetError the API raises, its message led by the flag."""
+    from .budget import Budget
+    from .errors import BudgetError
+
+    try:
+        return Budget.parse(text)
+    except BudgetError as err:
+        raise BudgetError(f"{flag}: {err}", err.value) from None
+
+
 def _budget(text: str | None, eqs, extents, program: bool = True):
     """``--budget``: bytes, or a share such as 25% of the unbatched peak of these equations
     (plus the program's reserve unless ``program`` is off, as ``Evaluator`` reads it)."""
     from .api import Evaluator
-    from .plan.policy import BudgetShare, parse_budget
 
-    if text is None:
+    budget = _flag_budget(text)
+    if budget.unlimited:
         return None
-    try:
-        budget = parse_budget(text)
-    except SequantEvalError as err:
-        raise UsageError(f"--budget {text}: {err}") from err
-    if isinstance(budget, BudgetShare):
+    if budget.share is not None:
         ev = Evaluator(eqs, extents)
-        return budget.of(ev.analyze().peak_bytes) + (ev.program_reserve() if program else 0)
-    return budget
+        return budget.bytes_for(ev.analyze().peak_bytes, ev.program_reserve() if program else 0)
+    return budget.fixed
 
 
 def _policy(args: argparse.Namespace, eqs, extents):
@@ -163,56 +175,91 @@ def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
     return out
 
 
+def _frozen(text: str):
+    """``--frozen N`` (the N lowest orbitals) or ``--frozen 0,1,5`` (those orbitals)."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(x.isascii() and x.isdigit() for x in items):
+        raise UsageError(f"--frozen expects N or a list of orbital indices such as 0,1; got "
+                         f"{text!r}")
+    return int(items[0]) if len(items) == 1 and "," not in text else [int(x) for x in items]
+
+
+def _check_ccsd_flags(args: argparse.Namespace) -> None:
+    if args.max_iter < 1 or not 0 < args.conv_tol < math.inf or not (
+            0 < args.conv_tol_normt < math.inf):
+        raise UsageError("--max-iter must be >= 1, and --conv-tol and --conv-tol-normt "
+                         "positive finite numbers")
+    if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
+        raise UsageError("give one of --molecule, --atom and --xyz")
+    if args.method == "ccsdt" and args.integrals_on_disk is not None:
+        raise UsageError("--integrals-on-disk is for --method ccsd; CCSDT keeps its "
+                         "integrals in memory (drop it, or give a --budget)")
+    if args.integrals_on_disk is not None and not Path(args.integrals_on_disk).is_dir():
+        raise UsageError(f"--integrals-on-disk {args.integrals_on_disk}: no such folder; "
+                         "create it first")
+    for flag, path in (("--chkfile", args.chkfile), ("--restart", args.restart)):
+        _output(path, flag)
+
+
+@contextmanager
+def _log_to_stdout():
+    """The package's log records (one line per CC iteration, the final energies) printed
+    on stdout while the command runs."""
+    logger = logging.getLogger("sequant_eval")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+def _method(args: argparse.Namespace, mf):
+    """The CC method object the ``ccsd`` flags ask for."""
+    from .chem import CCSD, CCSDT
+
+    options = dict(frozen=_frozen(args.frozen), budget=_flag_budget(args.budget),
+                   backend=args.backend, conv_tol=args.conv_tol,
+                   conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter,
+                   chkfile=args.chkfile or args.restart, restart=args.restart is not None)
+    if args.max_memory is not None:
+        options["max_memory"] = args.max_memory
+    if args.method == "ccsdt":
+        return CCSDT(mf, **options)
+    return CCSD(mf, spin_orbital=True if args.spin_orbital else None,
+                integrals_on_disk=args.integrals_on_disk,
+                intermediates=False if args.no_intermediates else None, **options)
+
+
 def _cmd_ccsd(args: argparse.Namespace) -> int:
     """CCSD (or, with ``--method ccsdt``, spin-orbital CCSDT) on a molecule (closed-shell
     CCSD equations for a closed-shell RHF), one line per iteration, then energies and the
     memory report; ``--json`` writes them as JSON."""
     from .chem import molecules
-    from .chem.ccsdt import CCSDT
-    from .chem.pyscf_ccsd import CCSD
-    from .report.text import format_bytes
+    from .chem.process_memory import RSSWatch
+    from .units import format_bytes
 
     _output(args.json, "--json")
-    import math
-
-    if args.frozen < 0 or args.max_iter < 1 or not 0 < args.conv_tol < math.inf or not (
-            0 < args.conv_tol_normt < math.inf):
-        raise UsageError("--frozen must be >= 0, --max-iter >= 1, and --conv-tol and "
-                         "--conv-tol-normt positive finite numbers")
-    if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
-        raise UsageError("give one of --molecule, --atom and --xyz")
-    method = CCSDT if args.method == "ccsdt" else CCSD
-    if method is CCSDT and args.integrals_on_disk is not None:
-        raise UsageError("--integrals-on-disk is for --method ccsd; CCSDT keeps its "
-                         "integrals in memory (drop it, or give a --budget)")
+    _check_ccsd_flags(args)
+    _frozen(args.frozen)
+    _flag_budget(args.budget)
     if args.atom is not None or args.xyz is not None:
         atom = args.atom if args.atom is not None else molecules.read_xyz(args.xyz)
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
-    if args.integrals_on_disk is not None and not Path(args.integrals_on_disk).is_dir():
-        raise UsageError(f"--integrals-on-disk {args.integrals_on_disk}: no such folder; "
-                         "create it first")
     mol = molecules.molecule_from_atoms(atom, args.basis, args.charge)
     mf = molecules.mean_field(mol)
-    from .chem.process_memory import RSSWatch
-    if args.integrals_on_disk is not None:
-        import h5py  # noqa: F401  (imported before the baseline: it is not the run's memory)
+    if args.integrals_on_disk is not None or args.chkfile or args.restart:
+        import_module("h5py")     # imported before the baseline: it is not the run's memory
     rss = RSSWatch.start()              # baseline: imports and SCF done
-    print(f"{type(mf).__name__} E = {mf.e_tot:.10f} Eh ({mol.natm} atoms, {mol.nao} basis "
-          f"functions, {mol.nelectron} electrons)")
-
-    def line(rec, seconds, peak):
-        de = "" if rec.delta_e == float("inf") else f"{rec.delta_e: .3e}"
-        print(f"iter {rec.iteration:3d}  E_corr = {rec.e_corr: .12f}  dE = {de:>10}  "
-              f"|R| = {rec.residual_norm:.3e}  {seconds:6.2f} s  peak {format_bytes(peak)}",
-              flush=True)
-
-    mycc = method(mf, frozen=args.frozen, budget=args.budget, backend=args.backend,
-                  spin_orbital=True if args.spin_orbital else None, conv_tol=args.conv_tol,
-                  conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter, callback=line,
-                  integrals_on_disk=args.integrals_on_disk,
-                  intermediates=False if args.no_intermediates else None)
-    mycc.run()
+    print(f"{type(mf).__name__} E = {mf.e_tot:.10f} Eh ({molecules.chemical_formula(mol)}, "
+          f"{mol.nao} basis functions, {mol.nelectron} electrons)")
+    with _log_to_stdout():
+        mycc = _method(args, mf).run()
     print(mycc.summary())
     growth = rss.growth()
     if growth is not None:
@@ -369,12 +416,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--xyz", help="an XYZ file (Angstrom)")
     p.add_argument("--basis", default="cc-pvdz")
     p.add_argument("--charge", type=int, default=0)
-    p.add_argument("--frozen", type=int, default=0, metavar="N",
-                   help="leave the N lowest orbitals uncorrelated")
-    p.add_argument("--conv-tol", type=float, default=1e-10, help="energy change threshold")
-    p.add_argument("--conv-tol-normt", type=float, default=1e-8,
-                   help="residual norm threshold")
-    p.add_argument("--max-iter", type=int, default=100)
+    p.add_argument("--frozen", default="0", metavar="N|LIST",
+                   help="leave the N lowest orbitals uncorrelated, or the orbitals listed "
+                        "(0,1,12)")
+    p.add_argument("--conv-tol", type=float, default=1e-7,
+                   help="energy change threshold (PySCF's default, 1e-7)")
+    p.add_argument("--conv-tol-normt", type=float, default=1e-5,
+                   help="residual norm threshold (default 1e-5)")
+    p.add_argument("--max-iter", type=int, default=50)
     p.add_argument("--spin-orbital", action="store_true",
                    help="spin-orbital equations (the default for open shells)")
     p.add_argument("--no-intermediates", action="store_true",
@@ -384,6 +433,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "
                         "peak (25%%)")
+    p.add_argument("--max-memory", type=float, default=None, metavar="MB",
+                   help="PySCF's max_memory (MB; default: the SCF's, 4000): without --budget, "
+                        "a residual that does not fit in it unbatched runs batched within it")
+    p.add_argument("--chkfile", default=None, metavar="CHK",
+                   help="write an HDF5 checkpoint here after every iteration")
+    p.add_argument("--restart", default=None, metavar="CHK",
+                   help="continue from this checkpoint (and keep writing it unless "
+                        "--chkfile names another)")
     p.add_argument("--integrals-on-disk", metavar="DIR", default=None,
                    help="write the integral blocks once to an HDF5 file in DIR and read them "
                         "per batch; the budget then bounds the whole iteration")
@@ -423,10 +480,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
+    except InfeasibleBudget as err:
+        print(f"sequant-eval: error: {_infeasible(err, args)}", file=sys.stderr)
+        return 2
     except SequantEvalError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"sequant-eval: error: {first}", file=sys.stderr)
         return 2
+
+
+def _infeasible(err: InfeasibleBudget, args: argparse.Namespace) -> str:
+    """An infeasible budget as a command-line user acts on it: the numbers and the flags."""
+    from .units import format_bytes
+
+    need = int(math.ceil(err.minimum))
+    if getattr(args, "budget", None) is not None:
+        given = f"--budget {args.budget}"
+    else:
+        given = f"--max-memory {args.max_memory or 'of the SCF'} (no --budget given)"
+    text = (f"{given}: {format_bytes(err.budget)} ({int(err.budget)} B) is below the "
+            f"smallest budget that works, {format_bytes(need)} ({need} B); give --budget "
+            f"{need} or more")
+    if args.command in ("analyze", "report"):
+        text += ", or allow finer blocks (--block SPACE=N)"
+    return text
 
 
 if __name__ == "__main__":

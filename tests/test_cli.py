@@ -92,12 +92,12 @@ def test_duplicate_results_across_files(tmp_path, small, capsys):
 # -- flags ---------------------------------------------------------------------------------
 
 def test_malformed_budget(small, capsys):
-    _refused(["analyze", small, *EXT, "--budget", "1.2.3"], capsys, "--budget 1.2.3",
-             "cannot read '1.2.3'")
+    _refused(["analyze", small, *EXT, "--budget", "1.2.3"], capsys, "--budget: budget '1.2.3'",
+             "is not a byte count")
 
 
 def test_malformed_budget_in_report(small, regime, capsys):
-    _refused(["report", small, "--regime", regime, "--budget", "."], capsys, "--budget .")
+    _refused(["report", small, "--regime", regime, "--budget", "."], capsys, "--budget: budget '.'")
 
 
 def test_malformed_extent(small, capsys):

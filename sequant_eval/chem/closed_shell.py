@@ -9,8 +9,10 @@ read two tensors over *spatial* orbitals, each block named by one index space pe
 * ``g[p, q, r, s] = <pq|rs> = (pr|qs)``, physicist notation, not antisymmetrized;
 * ``L[p, q, r, s] = 2<pq|rs> - <pq|sr>`` for the exchange-folded equations.
 
-Frozen core: ``frozen=N`` drops the ``N`` lowest orbitals from the correlation treatment
-(PySCF's ``cc.CCSD(mf, frozen=N)``); they stay in the Fock operator through the density.
+Frozen orbitals: ``frozen=N`` drops the ``N`` lowest orbitals from the correlation
+treatment, ``frozen=[0, 1, 12]`` the orbitals with those indices, occupied or virtual
+(PySCF's ``cc.CCSD(mf, frozen=...)``); frozen occupied orbitals stay in the Fock operator
+through the density.
 Blocks are transformed on first request (``ao2mo.general`` per block), stored contiguous
 and read-only, and served again from the cache (one copy per block read).
 """
@@ -22,13 +24,13 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
-from .integrals import (SCFNotConverged, _sub_block, _transform_rows, check_frozen,  # noqa: F401
-                        check_request, density_fitted)
+from .integrals import (FockBlocks, SCFNotConverged, _sub_block, _transform_rows,
+                        active_orbitals, check_request, density_fitted)
 
-__all__ = ["ClosedShellIntegrals", "check_frozen"]
+__all__ = ["ClosedShellIntegrals"]
 
 
-class ClosedShellIntegrals:
+class ClosedShellIntegrals(FockBlocks):
     """Spatial ``f`` and ``<pq|rs>`` blocks of a converged closed-shell RHF reference.
 
     Attributes
@@ -36,7 +38,9 @@ class ClosedShellIntegrals:
     nocc, nvir : int
         Active doubly occupied and virtual spatial orbitals.
     nfrozen : int
-        Frozen core orbitals (not correlated).
+        Frozen orbitals (not correlated).
+    frozen : tuple[int, ...]
+        Their indices.
     e_hf : float
         Total RHF energy (with nuclear repulsion), Hartree.
     extents : dict[str, int]
@@ -45,27 +49,26 @@ class ClosedShellIntegrals:
         The mean-field object.
     """
 
-    def __init__(self, mf: Any, frozen: int = 0) -> None:
+    def __init__(self, mf: Any, frozen: Any = 0) -> None:
         mo_coeff = np.asarray(mf.mo_coeff, dtype=np.float64)
         mo_occ = np.asarray(mf.mo_occ)
-        nocc_all = int(np.count_nonzero(mo_occ > 0))
-        self.nfrozen = check_frozen(frozen, nocc_all)
+        occ, vir, self.frozen = active_orbitals(frozen, mo_occ)
+        self.nfrozen = len(self.frozen)
         self.scf = mf
-        self.nocc = nocc_all - self.nfrozen
-        self.nvir = mo_coeff.shape[1] - nocc_all
+        self.nocc, self.nvir = occ.size, vir.size
         self.e_hf = float(mf.e_tot)
         self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
         dm = mf.make_rdm1(mo_coeff, mo_occ)
         fock = mo_coeff.T @ mf.get_fock(dm=dm) @ mo_coeff
-        active = slice(self.nfrozen, mo_coeff.shape[1])
-        self._fock = np.ascontiguousarray(fock[active, active])
-        self._coeff = {"i": mo_coeff[:, self.nfrozen:nocc_all], "a": mo_coeff[:, nocc_all:]}
+        active = np.concatenate([occ, vir])
+        self._fock = np.ascontiguousarray(fock[np.ix_(active, active)])
+        self._coeff = {"i": mo_coeff[:, occ], "a": mo_coeff[:, vir]}
         self._slices = {"i": slice(0, self.nocc), "a": slice(self.nocc, self.nocc + self.nvir)}
         self._eri_source = mf._eri if getattr(mf, "_eri", None) is not None else mf.mol
         self._g: dict[tuple[str, ...], np.ndarray] = {}
 
     @classmethod
-    def from_scf(cls, mf: Any, frozen: int = 0) -> "ClosedShellIntegrals":
+    def from_scf(cls, mf: Any, frozen: Any = 0) -> "ClosedShellIntegrals":
         """Wrap a converged closed-shell PySCF RHF (refusing UHF, ROHF, DFT, DF, open shells)."""
         kind = type(mf).__name__
         istype = getattr(mf, "istype", None)
@@ -90,14 +93,6 @@ class ClosedShellIntegrals:
         """``{"f": fock, "g": eri, "L": exchange}`` block providers for an evaluator."""
         return {"f": self.fock, "g": self.eri, "L": self.exchange}
 
-    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
-        """Fock block for ``(space_p, space_q)``, read-only, shape ``(n_p, n_q)``; with
-        ``ranges`` (one ``(start, stop)`` per slot) only that sub-block."""
-        sp, sq = self._check("f", spaces, 2)
-        block = np.ascontiguousarray(self._fock[self._slices[sp], self._slices[sq]])
-        block.setflags(write=False)
-        return _sub_block(block, ranges)
-
     def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """``<pq|rs>`` block for ``(sp, sq, sr, ss)``, read-only, cached; with ``ranges``
         (one ``(start, stop)`` per slot) only that sub-block."""
@@ -121,11 +116,6 @@ class ClosedShellIntegrals:
             block.setflags(write=False)
             self._g[key] = block
         return _sub_block(block, ranges)
-
-    def orbital_energies(self) -> tuple[np.ndarray, np.ndarray]:
-        """Diagonals of the occupied and virtual Fock blocks."""
-        return (np.diagonal(self.fock(("i", "i"))).copy(),
-                np.diagonal(self.fock(("a", "a"))).copy())
 
     def clear_cache(self) -> None:
         """Drop every cached integral block."""

@@ -71,6 +71,23 @@ class DIIS:
             b.reshape(-1)[...] = flat[off:off + b.size]
             off += b.size
 
+    def export(self, group: Any) -> None:
+        """Write the store into an HDF5 group (a checkpoint): ``vectors`` and ``errors``
+        (one row per stored vector, oldest first) and their ``overlap``."""
+        n = self._vectors[0].size if self._vectors else 0
+        group.create_dataset("vectors", data=np.reshape(self._vectors, (len(self), n)))
+        group.create_dataset("errors", data=np.reshape(self._errors, (len(self), n)))
+        group.create_dataset("overlap", data=self._overlap)
+
+    def restore(self, group: Any) -> None:
+        """Replace the store by what :meth:`export` wrote (bitwise)."""
+        vectors, errors = np.asarray(group["vectors"]), np.asarray(group["errors"])
+        k = min(len(vectors), self.space)
+        self._vectors = [vectors[j].copy() for j in range(len(vectors) - k, len(vectors))]
+        self._errors = [errors[j].copy() for j in range(len(errors) - k, len(errors))]
+        self._overlap = np.asarray(group["overlap"], dtype=np.float64)[-k:, -k:] if k else \
+            np.zeros((0, 0))
+
 
 def _flat(blocks: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([np.ravel(b) for b in blocks.values()]) if blocks else np.zeros(0)
@@ -119,11 +136,6 @@ class HDF5DIIS:
         self._file = h5py.File(self.path, "w")
         self._slots: list[int] = []                 # file rows, oldest first
         self._overlap = np.zeros((0, 0))
-
-    @property
-    def buffer_bytes(self) -> int:
-        """Bytes held while pushing or extrapolating: two chunks."""
-        return 2 * 8 * self.chunk
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -192,6 +204,31 @@ class HDF5DIIS:
                 buf *= ck
                 acc += buf
             store(acc)
+
+    def export(self, group: Any) -> None:
+        """:meth:`DIIS.export`, copied one chunk at a time."""
+        k = len(self._slots)
+        n = self._file["vectors"].shape[1] if "vectors" in self._file else 0
+        for name in ("vectors", "errors"):
+            out = group.create_dataset(name, shape=(k, n), dtype=np.float64)
+            for row, slot in enumerate(self._slots):
+                for lo in range(0, n, self.chunk):
+                    out[row, lo:lo + self.chunk] = self._file[name][slot, lo:lo + self.chunk]
+        group.create_dataset("overlap", data=self._overlap)
+
+    def restore(self, group: Any) -> None:
+        """:meth:`DIIS.restore`, copied one chunk at a time."""
+        vectors, errors = group["vectors"], group["errors"]
+        k, n = min(vectors.shape[0], self.space), vectors.shape[1]
+        first = vectors.shape[0] - k
+        if k:
+            mine = self._datasets(n)
+            for slot in range(k):
+                for lo in range(0, n, self.chunk):
+                    for src, dst in zip((vectors, errors), mine):
+                        dst[slot, lo:lo + self.chunk] = src[first + slot, lo:lo + self.chunk]
+        self._slots = list(range(k))
+        self._overlap = np.asarray(group["overlap"], dtype=np.float64)[first:, first:]
 
     def close(self) -> None:
         """Close the file and remove it (the vectors are scratch)."""

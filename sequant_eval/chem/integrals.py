@@ -28,7 +28,8 @@ import numpy as np
 from sequant_eval.errors import (MissingTensor, SequantEvalError, ShapeMismatch, UnknownSpace,
                                  UnsupportedFeature)
 
-__all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider", "density_fitted"]
+__all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider", "FockBlocks",
+           "active_orbitals", "density_fitted"]
 
 #: A provider: takes one space name per slot and the element ranges wanted (one
 #: ``(start, stop)`` per slot, or None for the whole block) and returns that sub-block.
@@ -93,17 +94,58 @@ def density_fitted(mf: Any) -> bool:
     return attrs.get("with_df") is not None
 
 
-def check_frozen(frozen: Any, nocc: int) -> int:
-    """``frozen`` as a number of core orbitals, refused unless ``0 <= frozen < nocc``."""
-    if isinstance(frozen, bool) or not isinstance(frozen, (int, np.integer)):
+def _frozen_indices(frozen: Any, nocc: int, nmo: int) -> tuple[int, ...]:
+    """``frozen`` as sorted orbital indices: a count N is the N lowest orbitals."""
+    if isinstance(frozen, (int, np.integer)) and not isinstance(frozen, bool):
+        if not 0 <= int(frozen) < nocc:
+            raise UnsupportedFeature(
+                f"frozen={frozen} must be between 0 and {nocc - 1}: the molecule has {nocc} "
+                "occupied orbitals and at least one must stay active")
+        return tuple(range(int(frozen)))
+    items = list(frozen) if isinstance(frozen, (list, tuple, range, np.ndarray)) else None
+    if items is None or not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool)
+                                for p in items):
         raise UnsupportedFeature(
-            f"frozen={frozen!r}: give the number of lowest orbitals to freeze (an int); "
-            "lists of orbital indices are not supported")
-    if not 0 <= int(frozen) < nocc:
-        raise UnsupportedFeature(
-            f"frozen={frozen} must be between 0 and {nocc - 1}: the molecule has {nocc} "
-            "doubly occupied orbitals and at least one must stay active")
-    return int(frozen)
+            f"frozen={frozen!r}: give the number of lowest orbitals to freeze (an int) or a "
+            "list of orbital indices, e.g. [0, 1]")
+    for p in items:
+        if not 0 <= int(p) < nmo:
+            raise UnsupportedFeature(f"frozen={frozen!r}: orbital {p} is not between 0 and "
+                                     f"{nmo - 1} (the reference has {nmo} orbitals)")
+    return tuple(sorted({int(p) for p in items}))
+
+
+def active_orbitals(frozen: Any, mo_occ: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """``(occupied, virtual, frozen)``: the indices of the active occupied and virtual
+    orbitals and of the frozen ones, from PySCF's ``frozen`` (a number ``N``: the ``N``
+    lowest orbitals; or a list of orbital indices, occupied or virtual). Refused
+    (``UnsupportedFeature``) unless at least one occupied and one virtual stay active."""
+    occ_mask = np.asarray(mo_occ) > 0
+    nmo, nocc = occ_mask.size, int(np.count_nonzero(occ_mask))
+    gone = _frozen_indices(frozen, nocc, nmo)
+    keep = np.ones(nmo, dtype=bool)
+    keep[list(gone)] = False
+    occ, vir = np.flatnonzero(keep & occ_mask), np.flatnonzero(keep & ~occ_mask)
+    if occ.size == 0 or vir.size == 0:
+        raise UnsupportedFeature(f"frozen={frozen!r} leaves no active "
+                                 f"{'occupied' if occ.size == 0 else 'virtual'} orbital")
+    return occ, vir, gone
+
+
+class FockBlocks:
+    """``fock(spaces, ranges)`` of an integral class that holds the active-orbital Fock
+    matrix ``_fock`` (occupied first) and the space → row range map ``_slices``."""
+
+    _fock: np.ndarray
+    _slices: dict[str, slice]
+
+    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """Fock block for ``(space_p, space_q)``, read-only, shape ``(n_p, n_q)``; with
+        ``ranges`` (one ``(start, stop)`` per slot) only that sub-block."""
+        sp, sq = check_request("f", spaces, 2, self._slices)
+        block = np.ascontiguousarray(self._fock[self._slices[sp], self._slices[sq]])
+        block.setflags(write=False)
+        return _sub_block(block, ranges)
 
 
 class SCFNotConverged(SequantEvalError):
@@ -120,7 +162,10 @@ class SpinOrbitalIntegrals:
     ----------
     nocc, nvir : int
         Numbers of active occupied and virtual *spin* orbitals (``frozen=N`` leaves the
-        ``N`` lowest spatial orbitals, ``2N`` spin orbitals, uncorrelated).
+        ``N`` lowest spatial orbitals, ``2N`` spin orbitals, uncorrelated; a list names
+        spatial orbitals, occupied or virtual).
+    frozen : tuple[int, ...]
+        The frozen spatial orbitals.
     e_hf : float
         Total RHF energy (including nuclear repulsion), Hartree.
     mo_energy : numpy.ndarray
@@ -132,13 +177,13 @@ class SpinOrbitalIntegrals:
         The converged mean-field object the integrals came from.
     """
 
-    def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30, frozen: int = 0) -> None:
+    def __init__(self, mf: Any, *, max_full_eri_bytes: float = 1 << 30, frozen: Any = 0) -> None:
         mo_all = np.asarray(mf.mo_coeff, dtype=np.float64)
         mo_occ = np.asarray(mf.mo_occ)
-        nfrozen = check_frozen(frozen, int(np.count_nonzero(mo_occ > 0)))
-        mo_coeff = mo_all[:, nfrozen:]
-        nocc_sp = int(np.count_nonzero(mo_occ > 0)) - nfrozen
-        self.nfrozen = nfrozen
+        occ, vir, self.frozen = active_orbitals(frozen, mo_occ)
+        mo_coeff = mo_all[:, np.concatenate([occ, vir])]
+        nocc_sp = occ.size
+        self.nfrozen = len(self.frozen)
         self.scf = mf
         self._mo_coeff = mo_coeff
         self._nocc_sp = nocc_sp

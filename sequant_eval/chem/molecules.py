@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyscf import gto
 
 __all__ = ["UnknownMolecule", "UnknownBasis", "BadGeometry", "GEOMETRIES", "known_molecules",
-           "geometry", "build_molecule", "molecule_from_atoms", "read_xyz", "mean_field"]
+           "geometry", "build_molecule", "molecule_from_atoms", "read_xyz", "mean_field",
+           "chemical_formula"]
 
 
 class UnknownMolecule(SequantEvalError, KeyError):
@@ -214,3 +215,18 @@ def mean_field(mol, conv_tol: float = 1e-10):
         raise SequantEvalError(f"{type(mf).__name__} did not converge in {mf.max_cycle} "
                                "cycles; check the geometry and charge")
     return mf
+
+
+def chemical_formula(mol) -> str:
+    """The Hill formula of a PySCF molecule: C, then H, then the other elements in
+    alphabetical order (all alphabetical without carbon), counts of one left out, e.g.
+    ``"H4O2"`` for the water dimer; ghost atoms are not counted."""
+    counts: dict[str, int] = {}
+    for k in range(mol.natm):
+        if mol.atom_charge(k) == 0:                  # a ghost atom (basis functions only)
+            continue
+        symbol = mol.atom_pure_symbol(k)
+        counts[symbol] = counts.get(symbol, 0) + 1
+    first = [e for e in ("C", "H") if e in counts] if "C" in counts else []
+    order = first + sorted(e for e in counts if e not in first)
+    return "".join(f"{e}{counts[e] if counts[e] > 1 else ''}" for e in order)

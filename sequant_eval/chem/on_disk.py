@@ -57,11 +57,11 @@ def _dataset_name(tensor: str, spaces: tuple[str, ...]) -> str:
 
 def _fingerprint(ints: Any, blocks) -> str:
     """A digest of what the integrals depend on: molecule and basis (PySCF's ``_atm``,
-    ``_bas``, ``_env``), orbitals, frozen core, the integral class and the blocks."""
+    ``_bas``, ``_env``), orbitals, frozen orbitals, the integral class and the blocks."""
     mf = ints.scf
     mol = mf.mol
     h = hashlib.sha256()
-    h.update(f"{_FORMAT}:{type(ints).__name__}:{ints.nfrozen}:{sorted(ints.extents.items())}"
+    h.update(f"{_FORMAT}:{type(ints).__name__}:{tuple(ints.frozen)}:{sorted(ints.extents.items())}"
              f":{blocks}".encode())
     for part in (mol._atm, mol._bas, mol._env, np.asarray(mf.mo_coeff), np.asarray(mf.mo_occ)):
         h.update(np.ascontiguousarray(part).tobytes())
@@ -72,7 +72,7 @@ class IntegralFile:
     """Integral blocks of one reference in an HDF5 file, read per batch by the evaluator.
 
     Build with :meth:`write`. It stands in for the in-memory integral classes wherever the
-    solver needs them: ``nocc``, ``nvir``, ``nfrozen``, ``e_hf``, ``extents``, ``scf``,
+    solver needs them: ``nocc``, ``nvir``, ``frozen``, ``nfrozen``, ``e_hf``, ``extents``, ``scf``,
     ``fock(spaces, ranges)``, ``eri(spaces, ranges)`` (read from disk, never cached) and
     :meth:`tensors` for the evaluator. ``path`` is the file, ``written_bytes`` the bytes of
     the blocks in it, ``reused`` whether an existing complete file was opened instead.
@@ -82,7 +82,7 @@ class IntegralFile:
                  h5: Any, reused: bool) -> None:
         self.path = path
         self.nocc, self.nvir = ints.nocc, ints.nvir
-        self.nfrozen = ints.nfrozen
+        self.frozen, self.nfrozen = tuple(ints.frozen), ints.nfrozen
         self.e_hf = ints.e_hf
         self.extents = dict(ints.extents)
         self.scf = ints.scf

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -28,6 +29,8 @@ from .diis import DIIS, HDF5DIIS, pulay_coefficients, slabs  # noqa: F401  (re-e
 __all__ = [
     "IterationRecord",
     "CCResult",
+    "SolverOptions",
+    "SolverState",
     "solve_cc",
     "denominators",
     "orbital_denominators",
@@ -37,6 +40,7 @@ __all__ = [
     "OrbitalDenominators",
     "pulay_coefficients",
     "slabs",
+    "swap_halves",
 ]
 
 Amplitudes = dict[str, np.ndarray]
@@ -140,116 +144,155 @@ def _own(x: Any) -> np.ndarray:
     return np.array(x, dtype=np.float64, order="C")
 
 
-def solve_cc(
-    residual: Residual,
-    t_init: Mapping[str, np.ndarray],
-    denominators: "Mapping[str, np.ndarray] | OrbitalDenominators",
-    *,
-    conv_energy: float = 1e-10,
-    conv_residual: float = 1e-8,
-    max_iter: int = 100,
-    diis_space: int = 8,
-    diis_start: int = 2,
-    callback: Callable[[IterationRecord, Amplitudes], Any] | None = None,
-    diis: "DIIS | HDF5DIIS | None" = None,
-    in_place: bool = False,
-    slab_elements: int = 1 << 17,
-) -> CCResult:
+@dataclass(frozen=True)
+class SolverOptions:
+    """The thresholds and settings of :func:`solve_cc` (its keyword arguments).
+
+    Converged when ``|E_k - E_{k-1}| < conv_energy`` and ``|R(t_k)| < conv_residual``
+    (Frobenius norm over all blocks), which needs two residual evaluations; at most
+    ``max_iter`` of them (counting those of a restarted solve's ``history``). DIIS keeps
+    ``diis_space`` vectors (``< 2``: off) and extrapolates from iteration ``diis_start``
+    (1-based). ``in_place``: lean memory (see :func:`solve_cc`); on-disk amplitude blocks
+    are then updated ``slab_elements`` at a time."""
+
+    conv_energy: float = 1e-10
+    conv_residual: float = 1e-8
+    max_iter: int = 100
+    diis_space: int = 8
+    diis_start: int = 2
+    in_place: bool = False
+    slab_elements: int = 1 << 17
+
+
+@dataclass
+class SolverState:
+    """Where a solve stands after an iteration: the amplitudes ``t`` the next residual is
+    evaluated at (after the iteration's step; the last ones evaluated once ``done``), the
+    records so far, and the DIIS store. A checkpoint is this state, and a solve restarted
+    from it (``solve_cc(..., history=state.history, diis=state.diis)`` from ``state.t``)
+    takes the same steps as the solve that wrote it."""
+
+    t: Amplitudes
+    history: list[IterationRecord]
+    diis: "DIIS | HDF5DIIS | None"
+    done: bool = False
+
+    @property
+    def iteration(self) -> int:
+        """Iterations done."""
+        return len(self.history)
+
+
+def solve_cc(residual: Residual, t_init: Mapping[str, np.ndarray],
+             denominators: "Mapping[str, np.ndarray] | OrbitalDenominators", *,
+             callback: Callable[[IterationRecord, SolverState], Any] | None = None,
+             diis: "DIIS | HDF5DIIS | None" = None,
+             history: Sequence[IterationRecord] = (), **options: Any) -> CCResult:
     """Solve ``R(t) = 0`` by Jacobi steps ``t += R / D`` accelerated by DIIS.
 
-    Parameters
-    ----------
-    residual
-        ``residual(t) -> (e_corr, R)``: correlation energy at ``t`` and residual blocks
-        keyed like ``t`` (e.g. ``{"t1": R1, "t2": R2}``).  ``t`` must not be modified.
-    t_init
-        Starting amplitudes (copied), e.g. :func:`mp2_guess`.
-    denominators
-        Same keys and shapes as ``t_init``; e.g. :func:`denominators`, or an
-        :class:`OrbitalDenominators` (applied slab by slab, never formed whole).
-    conv_energy, conv_residual
-        Converged when ``|E_k - E_{k-1}| < conv_energy`` and ``|R(t_k)| < conv_residual``
-        (Frobenius norm over all blocks).  Needs at least two residual evaluations.
-    max_iter
-        Maximum number of residual evaluations.
-    diis_space
-        DIIS subspace size; ``< 2`` switches DIIS off.
-    diis_start
-        First iteration (1-based) whose step is extrapolated.
-    callback
-        Called as ``callback(record, t)`` after each residual evaluation.
-    diis
-        The DIIS store (default: an in-memory :class:`DIIS` of ``diis_space`` vectors);
-        an :class:`HDF5DIIS` keeps its vectors on disk.
-    in_place
-        Lean memory: ``t_init``'s arrays are iterated in place (not copied; they hold the
-        last amplitudes evaluated afterwards), the residual arrays returned become the
-        steps, and the arrays handed to ``residual`` and ``callback`` change between
-        iterations. The solver then holds one set of amplitudes besides the residual.
-        An amplitude block may then also be an on-disk dataset (h5py: ``shape`` and
-        slicing, read and written), updated ``slab_elements`` at a time.
+    ``residual(t) -> (e_corr, R)`` gives the correlation energy at ``t`` and residual
+    blocks keyed like ``t`` (e.g. ``{"t1": R1, "t2": R2}``); it must not modify ``t``.
+    ``t_init`` are the starting amplitudes (copied), e.g. :func:`mp2_guess`;
+    ``denominators`` has the same keys and shapes (:func:`denominators`), or is an
+    :class:`OrbitalDenominators` (applied slab by slab, never formed whole). ``options``
+    are :class:`SolverOptions`' fields. ``callback(record, state)`` runs once per
+    iteration, after its step (:class:`SolverState`). ``diis`` is the DIIS store (default:
+    an in-memory :class:`DIIS` of ``diis_space`` vectors; an :class:`HDF5DIIS` keeps its
+    vectors on disk). ``history``: the records of a solve restarted from its checkpoint
+    (``t_init`` its amplitudes, ``diis`` its store): the iterations continue from there.
 
-    Returns
-    -------
-    CCResult
-        With ``converged=False`` if ``max_iter`` was reached or the iteration produced a
-        non-finite energy or residual (it does not raise); the result then holds the last
-        amplitudes evaluated.
+    ``in_place`` (lean memory): ``t_init``'s arrays are iterated in place (not copied;
+    they hold the last amplitudes evaluated afterwards), the residual arrays returned
+    become the steps, and the arrays handed to ``residual`` and ``callback`` change between
+    iterations; an amplitude block may then be an on-disk dataset (h5py). The solver then
+    holds one set of amplitudes besides the residual.
+
+    Returns a :class:`CCResult`, ``converged=False`` if ``max_iter`` was reached or the
+    iteration produced a non-finite energy or residual (it does not raise); the result then
+    holds the last amplitudes evaluated.
     """
+    opts = SolverOptions(**options)
     _check_inputs(t_init, denominators)
-    keys = list(t_init)
-    t: Amplitudes = {k: t_init[k] if in_place and _on_disk(t_init[k]) else
-                     _own(t_init[k]) if in_place else
-                     np.array(t_init[k], dtype=np.float64, copy=True) for k in keys}
-    if isinstance(denominators, OrbitalDenominators):
-        divide = denominators.divide
-    else:
-        denoms = {k: np.asarray(denominators[k], dtype=np.float64) for k in keys}
-
-        def divide(key: str, x: np.ndarray) -> None:
-            x /= denoms[key]
-
-    if diis is None and diis_space >= 2:
-        diis = DIIS(diis_space)
-    history: list[IterationRecord] = []
-    e_prev: float | None = None
-    e_corr = float("nan")
-    converged = False
-    for iteration in range(1, max_iter + 1):
-        e_value, r = residual(t)
-        e_corr = float(e_value)
-        _check_residual(r, t)
-        rnorm = math.sqrt(sum(float(np.vdot(r[k], r[k]).real) for k in keys))
-        delta_e = math.inf if e_prev is None else e_corr - e_prev
-        size = 0 if diis is None else min(len(diis) + 1, diis.space)
-        used = size if iteration >= diis_start and size >= 2 else 0
-        record = IterationRecord(iteration, e_corr, delta_e, rnorm, used)
-        history.append(record)
+    t: Amplitudes = {k: _start(v, opts.in_place) for k, v in t_init.items()}
+    if diis is None and opts.diis_space >= 2:
+        diis = DIIS(opts.diis_space)
+    state = SolverState(t, list(history), diis)
+    divide = _divider(denominators, list(t))
+    while not state.done:
+        record, r = _evaluate(residual, state, opts)
+        state.history.append(record)
+        state.done = _finished(record, opts)
+        if not state.done:
+            state.t = _step(state, r, divide, opts)
+        del r                         # not held while the next residual runs
         if callback is not None:
-            callback(record, t)
-        if not (math.isfinite(e_corr) and math.isfinite(rnorm)):
-            break
-        if abs(delta_e) < conv_energy and rnorm < conv_residual:
-            converged = True
-            break
-        e_prev = e_corr
-        if iteration == max_iter:
-            break
-        # the step R / D, the Jacobi update t + step, then DIIS over the updates
-        step = {k: _own(r[k]) if in_place else np.array(r[k], dtype=np.float64) for k in keys}
-        del r
-        for k in keys:
-            divide(k, step[k])
-        new = t if in_place else {k: t[k].copy() for k in keys}
-        for k in keys:
-            _add_into(new[k], step[k], slab_elements)
-        if diis is not None:
-            diis.push_blocks(new, step)
-        del step                    # not held while the next residual runs
-        if diis is not None and used:
-            diis.extrapolate_into(new)
-        t = new
-    return CCResult(e_corr, t, len(history), converged, tuple(history))
+            callback(record, state)
+    last = state.history[-1]
+    return CCResult(last.e_corr, state.t, len(state.history),
+                    _converged(last, opts), tuple(state.history))
+
+
+def _start(x: Any, in_place: bool) -> Any:
+    if in_place:
+        return x if _on_disk(x) else _own(x)
+    return np.array(x, dtype=np.float64, copy=True)
+
+
+def _divider(denominators: Any, keys: list[str]) -> Callable[[str, np.ndarray], None]:
+    """``divide(key, x)``: ``x /= D[key]`` in place."""
+    if isinstance(denominators, OrbitalDenominators):
+        return denominators.divide
+    denoms = {k: np.asarray(denominators[k], dtype=np.float64) for k in keys}
+
+    def divide(key: str, x: np.ndarray) -> None:
+        x /= denoms[key]
+
+    return divide
+
+
+def _evaluate(residual: Residual, state: SolverState, opts: SolverOptions):
+    """One residual evaluation at ``state.t``: its record and the residual blocks."""
+    e_value, r = residual(state.t)
+    e_corr = float(e_value)
+    _check_residual(r, state.t)
+    r = dict(r)                       # ours: the step takes its arrays out of it
+    rnorm = math.sqrt(sum(float(np.vdot(r[k], r[k]).real) for k in state.t))
+    prev = state.history[-1].e_corr if state.history else None
+    delta_e = math.inf if prev is None else e_corr - prev
+    iteration = len(state.history) + 1
+    diis = state.diis
+    size = 0 if diis is None else min(len(diis) + 1, diis.space)
+    used = size if iteration >= opts.diis_start and size >= 2 else 0
+    return IterationRecord(iteration, e_corr, delta_e, rnorm, used), r
+
+
+def _converged(record: IterationRecord, opts: SolverOptions) -> bool:
+    return abs(record.delta_e) < opts.conv_energy and record.residual_norm < opts.conv_residual
+
+
+def _finished(record: IterationRecord, opts: SolverOptions) -> bool:
+    if not (math.isfinite(record.e_corr) and math.isfinite(record.residual_norm)):
+        return True
+    return _converged(record, opts) or record.iteration >= opts.max_iter
+
+
+def _step(state: SolverState, r: dict[str, np.ndarray], divide, opts: SolverOptions):
+    """The step ``R / D`` (``r``'s arrays taken out of it: not held beside the step), the
+    Jacobi update ``t + step``, then DIIS over the updates."""
+    keys = list(state.t)
+    step = {k: _own(r.pop(k)) if opts.in_place else np.array(r.pop(k), dtype=np.float64)
+            for k in keys}
+    for k in keys:
+        divide(k, step[k])
+    new = state.t if opts.in_place else {k: state.t[k].copy() for k in keys}
+    for k in keys:
+        _add_into(new[k], step[k], opts.slab_elements)
+    if state.diis is not None:
+        state.diis.push_blocks(new, step)
+    del step
+    if state.diis is not None and state.history[-1].diis_size:
+        state.diis.extrapolate_into(new)
+    return new
 
 
 class OrbitalDenominators:
@@ -278,6 +321,14 @@ class OrbitalDenominators:
             return
         for a in range(x.shape[0]):
             x[a] /= d1[start + a][None, :, None] + d1[:, None, :]
+
+
+def swap_halves(x: np.ndarray) -> np.ndarray:
+    """An amplitude between the solver's layout (virtual slots first, ``t2[a, b, i, j]``)
+    and PySCF's (occupied first, ``t2[i, j, a, b]``): the two halves of its axes swapped
+    (a view; its own inverse)."""
+    n = np.ndim(x) // 2
+    return np.asarray(x).transpose(tuple(range(n, 2 * n)) + tuple(range(n)))
 
 
 def _diagonal(ints: Any, space: str) -> np.ndarray:

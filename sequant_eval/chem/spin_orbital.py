@@ -14,16 +14,18 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
-from .integrals import SCFNotConverged, check_request, SpinOrbitalIntegrals, _sub_block, density_fitted
+from .integrals import (FockBlocks, SCFNotConverged, SpinOrbitalIntegrals, _sub_block,
+                        active_orbitals, check_request, density_fitted)
 
 __all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
 
 
-def spin_orbital_integrals(mf: Any, frozen: int = 0):
+def spin_orbital_integrals(mf: Any, frozen: Any = 0):
     """Spin-orbital integral blocks of ``mf``.
 
-    ``frozen`` counts spatial orbitals for an RHF (``2N`` spin orbitals, as closed-shell
-    CCSD), spin orbitals for any other reference (as ``pyscf.cc.GCCSD``).
+    ``frozen`` (a number of lowest orbitals, or a list of orbital indices) counts spatial
+    orbitals for an RHF (``2N`` spin orbitals, as closed-shell CCSD), spin orbitals for any
+    other reference (as ``pyscf.cc.GCCSD``).
     """
     if not getattr(mf, "converged", False) or getattr(mf, "mo_coeff", None) is None:
         raise SCFNotConverged(f"the {type(mf).__name__} calculation did not converge; "
@@ -40,32 +42,29 @@ def spin_orbital_integrals(mf: Any, frozen: int = 0):
     return GeneralSpinOrbitalIntegrals(mf, frozen)
 
 
-class GeneralSpinOrbitalIntegrals:
+class GeneralSpinOrbitalIntegrals(FockBlocks):
     """``f`` and ``<pq||rs>`` blocks over the spin orbitals of a (converted) GHF.
 
-    Attributes: ``nocc``, ``nvir`` (active spin orbitals), ``e_hf``, ``extents``, ``scf``
-    (the converted GHF object).
+    Attributes: ``nocc``, ``nvir`` (active spin orbitals), ``frozen`` (the frozen spin
+    orbitals' indices), ``nfrozen``, ``e_hf``, ``extents``, ``scf`` (the converted GHF object).
     """
 
-    def __init__(self, mf: Any, frozen: int = 0) -> None:
+    def __init__(self, mf: Any, frozen: Any = 0) -> None:
         from pyscf import scf
-
-        from .integrals import check_frozen
 
         e_tot = float(mf.e_tot)
         ghf = mf if mf.istype("GHF") else scf.addons.convert_to_ghf(mf)
         mo = np.asarray(ghf.mo_coeff)
         if np.iscomplexobj(mo):
             raise UnsupportedFeature("complex GHF orbitals are not supported")
-        occ = np.asarray(ghf.mo_occ)
-        nocc_all = int(np.count_nonzero(occ > 0))
-        nfrozen = check_frozen(frozen, nocc_all)
-        self.scf, self.nfrozen, self.e_hf = ghf, nfrozen, e_tot
-        self.nocc, self.nvir = nocc_all - nfrozen, mo.shape[1] - nocc_all
+        occ_idx = np.asarray(ghf.mo_occ)
+        occ, vir, self.frozen = active_orbitals(frozen, occ_idx)
+        self.scf, self.nfrozen, self.e_hf = ghf, len(self.frozen), e_tot
+        self.nocc, self.nvir = occ.size, vir.size
         self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
-        fock = mo.T @ ghf.get_fock(dm=ghf.make_rdm1(mo, occ)) @ mo
-        active = slice(nfrozen, mo.shape[1])
-        self._fock = fock[active, active]
+        fock = mo.T @ ghf.get_fock(dm=ghf.make_rdm1(mo, occ_idx)) @ mo
+        active = np.concatenate([occ, vir])
+        self._fock = fock[np.ix_(active, active)]
         self._mo = mo[:, active]
         self._nao = mo.shape[0] // 2
         self._slices = {"i": slice(0, self.nocc), "a": slice(self.nocc, self.nocc + self.nvir)}
@@ -74,13 +73,6 @@ class GeneralSpinOrbitalIntegrals:
     def tensors(self) -> dict[str, Any]:
         """``{"f": fock, "g": eri}`` block providers."""
         return {"f": self.fock, "g": self.eri}
-
-    def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
-        """Fock block for ``(space_p, space_q)``, read-only."""
-        sp, sq = self._check("f", spaces, 2)
-        block = np.ascontiguousarray(self._fock[self._slices[sp], self._slices[sq]])
-        block.setflags(write=False)
-        return _sub_block(block, ranges)
 
     def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """``<pq||rs>`` block for ``(sp, sq, sr, ss)``, read-only, cached."""

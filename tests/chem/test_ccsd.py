@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("pyscf")
 
 import sequant_eval as se  # noqa: E402
-from sequant_eval.chem.ccsd import residual_function  # noqa: E402
+from sequant_eval.chem.gccsd import residual_function  # noqa: E402
 from sequant_eval.chem.equations import ccsd_equations  # noqa: E402
 from sequant_eval.chem.integrals import SpinOrbitalIntegrals  # noqa: E402
 from sequant_eval.chem.solver import denominators, mp2_guess, solve_cc  # noqa: E402

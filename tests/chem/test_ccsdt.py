@@ -56,7 +56,7 @@ def test_energy_matches_pyscf_rccsdt_sto3g(water_sto3g):
     e, r1, r2, r3 = cc.residual(cc.t1, cc.t2, cc.t3)
     assert abs(e - cc.e_corr) < 1e-12
     assert max(np.abs(r).max() for r in (r1, r2, r3)) < 1e-7
-    assert "CCSDT on 3 atoms" in cc.summary() and cc.to_dict()["method"] == "CCSDT"
+    assert "CCSDT on H2O / sto-3g" in cc.summary() and cc.to_dict()["method"] == "CCSDT"
 
 
 def test_residual_layouts():
@@ -116,7 +116,7 @@ def test_cli_method_ccsdt(water_sto3g, capsys):
     _, e_ref = water_sto3g
     assert main(["ccsd", "--method", "ccsdt", "--atom", WATER, "--basis", "sto-3g"]) == 0
     out = capsys.readouterr().out
-    assert "CCSDT on 3 atoms / sto-3g" in out and "-> equal" in out
+    assert "CCSDT on H2O / sto-3g" in out and "-> equal" in out
     e = float(re.search(r"E\(corr\)\s+= (-?\d+\.\d+) Eh", out).group(1))
     assert abs(e - e_ref) < 1e-8
 

@@ -14,6 +14,8 @@ from pyscf import cc, gto, scf  # noqa: E402
 from sequant_eval.cli import main  # noqa: E402
 
 WATER = "O 0 0 0.117; H 0 0.757 -0.469; H 0 -0.757 -0.469"
+#: Tighter than the default (PySCF's 1e-7, 1e-5): the energies are compared to 1e-8.
+TIGHT = ["--conv-tol", "1e-10", "--conv-tol-normt", "1e-8"]
 
 
 def _pyscf_ecorr(atom, basis, frozen=0, spin=0):
@@ -26,24 +28,25 @@ def _pyscf_ecorr(atom, basis, frozen=0, spin=0):
 
 def test_atom_frozen_json(tmp_path, capsys):
     out = tmp_path / "out.json"
-    assert main(["ccsd", "--atom", WATER, "--basis", "6-31g", "--frozen", "1",
+    assert main(["ccsd", "--atom", WATER, "--basis", "6-31g", "--frozen", "1", *TIGHT,
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    iters = re.findall(r"^iter +(\d+)  E_corr = +(-?\d\.\d+)  dE = .*\|R\| = .* s  peak .*$",
-                       text, re.M)
+    iters = re.findall(r"^cycle = (\d+)  E_corr\(CCSD\) = (-?\d\.\d+)  dE = \S+  "
+                       r"norm\(R\) = \S+  \(\d+\.\d\d s, peak .*\)$", text, re.M)
     data = json.loads(out.read_text())
     assert len(iters) == data["iterations"] >= 5
     assert data["equations"] == "closed-shell" and data["frozen"] == 1 and data["converged"]
     assert abs(data["e_corr"] - _pyscf_ecorr(WATER, "6-31g", frozen=1)) < 1e-8
     m = data["memory"]
     assert m["predicted_peak_bytes"] == m["measured_peak_bytes"] > 0
-    assert "-> equal" in text and "1 frozen" in text
+    assert "-> equal" in text and "1 frozen" in text and "CCSD on H2O / 6-31g" in text
+    assert "CCSD converged" in text and "E(CCSD) = " in text
     assert data["intermediates"] and "staged: 3 stages" in text
 
 
 def test_no_intermediates_gives_the_same_energy(tmp_path, capsys):
     out = tmp_path / "out.json"
-    assert main(["ccsd", "--atom", WATER, "--basis", "sto-3g", "--no-intermediates",
+    assert main(["ccsd", "--atom", WATER, "--basis", "sto-3g", "--no-intermediates", *TIGHT,
                  "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert not data["intermediates"] and "forest:" in capsys.readouterr().out
@@ -53,7 +56,7 @@ def test_no_intermediates_gives_the_same_energy(tmp_path, capsys):
 def test_xyz_file_and_open_shell(tmp_path, capsys):
     xyz = tmp_path / "oh.xyz"
     xyz.write_text("2\nhydroxyl radical\nO 0 0 0\nH 0 0 0.97\n")
-    assert main(["ccsd", "--xyz", str(xyz), "--basis", "sto-3g"]) == 0
+    assert main(["ccsd", "--xyz", str(xyz), "--basis", "sto-3g", *TIGHT]) == 0
     text = capsys.readouterr().out
     assert "UHF E =" in text and "spin-orbitals" in text
     e = float(re.search(r"E\(corr\)\s+= (-?\d\.\d+) Eh", text).group(1))

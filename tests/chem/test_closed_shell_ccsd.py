@@ -198,8 +198,10 @@ def test_result_attributes_and_memory_report(water_631g):
     assert "closed shell" in mycc.summary() and "-> equal" in mycc.summary()
 
 
-@pytest.mark.parametrize("frozen, message", [(5, "between 0 and 4"), ([0], "an int"),
-                                             (-1, "between 0 and 4")])
+@pytest.mark.parametrize("frozen, message", [
+    (5, "between 0 and 4"), (-1, "between 0 and 4"), ([0, 13], "not between 0 and 12"),
+    ([0, 1, 2, 3, 4], "no active occupied"), ("1", "a list of orbital indices"),
+    ([0.5], "a list of orbital indices"), (True, "a list of orbital indices")])
 def test_bad_frozen_is_refused(water_631g, frozen, message):
     with pytest.raises(UnsupportedFeature, match=message):
         sc.CCSD(water_631g, frozen=frozen)

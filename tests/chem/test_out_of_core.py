@@ -193,6 +193,7 @@ def test_cli_integrals_on_disk(tmp_path, capsys):
     the iteration budget and the peak RSS growth since its SCF."""
     out = tmp_path / "ccsd.json"
     assert main(["ccsd", "--basis", "sto-3g", "--spin-orbital", "--budget", "80%",
+                 "--conv-tol", "1e-10", "--conv-tol-normt", "1e-8",
                  "--integrals-on-disk", str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert re.search(r"E\(corr\)\s+= -0\.04943856\d+ Eh", text)

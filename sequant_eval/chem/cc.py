@@ -1,0 +1,429 @@
+"""The shared solver of the CC methods, shaped like PySCF's ``cc`` classes.
+
+:class:`CoupledCluster` holds what every method has: the options as attributes (PySCF's
+names and defaults), ``kernel()`` / ``run()``, the results (``e_hf``, ``e_corr``,
+``e_tot``, ``converged``, the amplitudes in PySCF's layouts), per-iteration logging,
+checkpoints and restart, and the memory report. A method is a small subclass that says
+what is its own: its equations (packaged text files, ``chem/data/``), its integrals, the
+tensors its residual reads and its amplitudes (:mod:`~sequant_eval.chem.rccsd`,
+:mod:`~sequant_eval.chem.gccsd`, :mod:`~sequant_eval.chem.ccsdt`). Where the integrals and
+amplitudes live is a storage strategy (:mod:`~sequant_eval.chem.storage`); what bounds the
+residual is a :class:`~sequant_eval.chem.program.MemoryLimit`.
+
+Logging: every iteration is one record on the ``sequant_eval.chem`` logger at INFO
+(``cycle = 3  E_corr(CCSD) = ...  dE = ...  norm(R) = ...``), the final energies one at
+NOTE (25). Nothing is printed unless ``verbose`` asks for it (PySCF's levels: 3 the final
+energies, 4 every iteration too) or the application configured a handler (the command
+line does).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..budget import Budget
+from ..errors import InputTypeError, SequantEvalError, UnsupportedFeature, UsageError
+from ..units import format_bytes
+from .program import MemoryLimit, ResidualProgram, infeasible_iteration
+from .solve import Solve
+from .solver import CCResult, IterationRecord, swap_halves
+from .storage import InMemory, OnDisk
+from .summary import summary_dict, summary_text
+
+__all__ = ["CoupledCluster", "NOTE", "log"]
+
+#: The logger of the chemistry front end.
+log = logging.getLogger("sequant_eval.chem")
+#: PySCF's NOTE level (between INFO and WARNING): the final energies.
+NOTE = 25
+logging.addLevelName(NOTE, "NOTE")
+
+
+@contextmanager
+def verbosity(verbose: Any):
+    """While the block runs, print the ``sequant_eval.chem`` records of PySCF level
+    ``verbose`` and above to stdout (3: NOTE, 4: INFO, 5: DEBUG; ``True`` is 4; below 3:
+    nothing is added)."""
+    level = 4 if verbose is True else int(verbose or 0)
+    if level < 3:
+        yield
+        return
+    threshold = logging.DEBUG if level >= 5 else logging.INFO if level == 4 else NOTE
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setLevel(threshold)
+    old = log.level
+    if log.getEffectiveLevel() > threshold:
+        log.setLevel(threshold)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)
+
+
+class CoupledCluster:
+    """A CC method on a converged PySCF mean field (the shared part; see the subclasses).
+
+    Parameters
+    ----------
+    mf
+        A converged PySCF SCF object.
+    frozen
+        PySCF's ``frozen``: the number of lowest orbitals left uncorrelated, or a list of
+        orbital indices (occupied or virtual).
+    budget
+        ``None``, bytes, a text (``"25MB"``) or a share of the unbatched peak (``"25%"``):
+        every residual is planned within it (see :class:`~sequant_eval.budget.Budget`).
+        It bounds one residual evaluation (its arrays and its program; out of core the
+        whole iteration); the integrals and amplitudes held in memory between residuals
+        are inputs, not counted.
+    max_memory
+        PySCF's memory knob in MB (10**6 bytes), by default ``mf.max_memory``. It matters
+        only when no ``budget`` is given: a residual whose unbatched peak (plus, out of
+        core, what the solver holds) fits in ``max_memory`` runs unbatched, a larger one
+        is batched within ``max_memory``. A ``budget`` overrides it.
+    storage
+        :class:`~sequant_eval.chem.storage.InMemory` (default) or
+        :class:`~sequant_eval.chem.storage.OnDisk`; ``integrals_on_disk=DIR`` (and
+        ``slab_bytes``) is a short form of ``storage=OnDisk(DIR, slab_bytes)``.
+    options
+        Any of the attributes below, by name.
+
+    Attributes (options, read when the method runs)
+    -----------------------------------------------
+    conv_tol, conv_tol_normt, max_cycle
+        Converged when ``|ΔE| < conv_tol`` and the residual norm ``< conv_tol_normt``
+        (PySCF measures the amplitude change instead) within ``max_cycle`` iterations;
+        PySCF's defaults 1e-7, 1e-5, 50.
+    diis_space
+        DIIS vectors kept (PySCF's default, 6).
+    verbose
+        PySCF's levels: 0 (default) silent, 3 the final energies, 4 every iteration.
+    chkfile, restart
+        ``chkfile``: an HDF5 checkpoint written atomically after every iteration
+        (:mod:`~sequant_eval.chem.checkpoint`); ``restart=True`` continues from it (to
+        the same energy as the run that wrote it), refusing a checkpoint of another system.
+    backend
+        The evaluator's backend, ``"numpy"``.
+    callback
+        ``callback(record, seconds, peak_bytes)`` after every iteration.
+    """
+
+    #: The method's name in summaries, logs and JSON.
+    method = "CCSD"
+    #: Whether the equations are over spin orbitals (else closed-shell spatial orbitals).
+    spin_orbital = True
+    #: The equations, in summaries and JSON; the orbitals in the summary.
+    label, orbital_kind = "spin-orbital", "spin-orbitals"
+    #: The amplitudes, in order (``kernel``'s arguments and results).
+    amplitudes = ("t1", "t2")
+    #: The integral tensors written to disk out of core.
+    disk_tensors: tuple[str, ...] = ("g",)
+    #: Whether the residual reads the exchange amplitude ``u2 = 2 t2 - t2~``.
+    exchange = False
+
+    conv_tol = 1e-7
+    conv_tol_normt = 1e-5
+    max_cycle = 50
+    diis_space = 6
+    verbose = 0
+    chkfile = None
+    restart = False
+    backend = "numpy"
+    callback = None
+    intermediates: bool | None = None
+
+    _OPTIONS = frozenset({"conv_tol", "conv_tol_normt", "max_cycle", "diis_space", "verbose",
+                          "chkfile", "restart", "backend", "callback", "intermediates"})
+
+    def __init__(self, mf: Any, frozen: Any = 0, *, budget: Any = None,
+                 max_memory: float | None = None, storage: Any = None, **options: Any) -> None:
+        self.mf = mf
+        self._integrals = self._program = None
+        self._frozen = frozen
+        self.budget = budget
+        self.max_memory = getattr(mf, "max_memory", None) if max_memory is None else max_memory
+        self.storage = self._storage_of(storage, options)
+        self._set_options(options)
+        self._check_options()
+        self.e_corr: float | None = None
+        self.converged = False
+        self.iterations = self.iterations_run = 0
+        self.result: CCResult | None = None
+        self.report = self.meter = None
+        self.seconds_per_iteration = float("nan")
+        for name in self.amplitudes:
+            setattr(self, name, None)
+        self.integrals            # built now: an out-of-core refusal comes before any write
+
+    # ------------------------------------------------------------------ options
+    def _storage_of(self, storage: Any, options: dict[str, Any]):
+        folder, slab = options.pop("integrals_on_disk", None), options.pop("slab_bytes", None)
+        if folder is not None and storage is not None:
+            raise UsageError("give storage=OnDisk(DIR) or integrals_on_disk=DIR, not both")
+        if folder is not None:
+            return OnDisk(folder, slab)
+        if storage is not None and not isinstance(storage, (InMemory, OnDisk)):
+            raise InputTypeError(f"storage must be InMemory() or OnDisk(DIR), got "
+                                 f"{type(storage).__name__} {storage!r}")
+        return storage or InMemory()
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        spin = options.pop("spin_orbital", None)
+        if spin is not None and bool(spin) != self.spin_orbital:
+            raise UnsupportedFeature(
+                f"{type(self).__name__} runs the {self.label} equations; drop "
+                f"spin_orbital={spin!r} (sequant_eval.chem.CCSD(mf, spin_orbital=...) picks "
+                "the class by it)")
+        unknown = sorted(set(options) - self._OPTIONS)
+        if unknown:
+            raise InputTypeError(f"{type(self).__name__} has no option {unknown[0]!r}; the "
+                                 f"options are {', '.join(sorted(self._OPTIONS))}")
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def _check_options(self) -> None:
+        """Refuse what this method cannot do (a subclass adds its own refusals)."""
+
+    def _invalidate(self, integrals: bool = True) -> None:
+        self._program = None
+        if integrals:
+            self._integrals = None
+
+    @property
+    def frozen(self) -> Any:
+        """PySCF's ``frozen`` (set it to change the active orbitals before the run)."""
+        return self._frozen
+
+    @frozen.setter
+    def frozen(self, value: Any) -> None:
+        self._frozen = value
+        self._invalidate()
+
+    @property
+    def budget(self) -> Budget:
+        """The memory budget (:class:`~sequant_eval.budget.Budget`; set bytes, a text or a
+        share, read once)."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, value: Any) -> None:
+        self._budget = Budget.parse(value)
+        self._invalidate(integrals=self._integrals is not None and self.out_of_core)
+
+    @property
+    def max_memory(self) -> float | None:
+        """PySCF's ``max_memory`` in MB (see the class docstring for how it meets ``budget``)."""
+        return self._max_memory
+
+    @max_memory.setter
+    def max_memory(self, value: float | None) -> None:
+        Budget.megabytes(value)                               # refuses a bad value now
+        self._max_memory = value
+        self._program = None
+
+    @property
+    def storage(self):
+        """The storage strategy (``InMemory()`` or ``OnDisk(DIR)``)."""
+        return self._storage
+
+    @storage.setter
+    def storage(self, value) -> None:
+        self._storage = value
+        self._invalidate()
+
+    @property
+    def out_of_core(self) -> bool:
+        """Whether the integrals are read from disk (and the solver runs lean)."""
+        return self.storage.out_of_core
+
+    @property
+    def integrals_on_disk(self):
+        """The folder of the on-disk integrals (None in memory)."""
+        return getattr(self.storage, "directory", None)
+
+    # ------------------------------------------------------------------ what a method says
+    def plain_equations(self):
+        """The method's equations (a subclass reads them from its data file)."""
+        raise NotImplementedError
+
+    def factored_equations(self, plain, extents):
+        """The same equations with intermediates, or None (the default: none)."""
+        return None
+
+    def mean_field_integrals(self):
+        """The in-memory integral object of ``mf`` with ``frozen`` (a subclass's)."""
+        raise NotImplementedError
+
+    def base_tensors(self) -> dict[str, Any]:
+        """What the residual reads besides the amplitudes."""
+        return self.integrals.tensors()
+
+    def amplitude_tensors(self, t: dict[str, Any], session: Any = None) -> dict[str, Any]:
+        """The amplitudes as the residual reads them (block ``a..a i..i``)."""
+        return {k: {("a",) * (np.ndim(v) // 2) + ("i",) * (np.ndim(v) // 2): v}
+                for k, v in t.items()}
+
+    # ------------------------------------------------------------------ integrals, program
+    @property
+    def integrals(self):
+        """The integral blocks the residual reads (in memory, or an ``IntegralFile``)."""
+        if self._integrals is None:
+            ints = self.mean_field_integrals()
+            if self.out_of_core:
+                limit = self._limit(ints)
+                total = limit.iteration_bytes(self.plain_equations(), ints.extents)
+                if total is not None and total <= limit.held:  # refused before any write
+                    raise infeasible_iteration(self.plain_equations(), ints.extents, total,
+                                               0.0, limit.held)
+                ints = self.storage.integrals(ints, self.plain_equations(),
+                                              self.disk_tensors, total)
+            self._integrals = ints
+        return self._integrals
+
+    def _limit(self, ints) -> MemoryLimit:
+        return MemoryLimit(self.budget, Budget.megabytes(self.max_memory),
+                           self.storage.held_bytes(ints))
+
+    def program(self) -> ResidualProgram:
+        """The compiled residual (planned under the budget on first use)."""
+        if self._program is None:
+            ints = self.integrals
+            plain = self.plain_equations()
+            factored = None if self.out_of_core else self.factored_equations(plain, ints.extents)
+            self._program = ResidualProgram(plain, factored, ints.extents, self._limit(ints),
+                                            self.intermediates)
+        return self._program
+
+    def evaluator(self):
+        """The residual's evaluator (an ``Evaluator``, or a ``StagedEvaluator``)."""
+        return self.program().evaluator
+
+    @property
+    def equations(self):
+        """The equations the residual evaluates (with intermediates when staged)."""
+        return self.program().equations
+
+    @property
+    def staged(self) -> bool:
+        """Whether the residual runs with intermediates (two or more stages)."""
+        return self.program().staged
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the lean (out-of-core) solver holds beside one evaluation, charged to the
+        budget first: ``t1`` and two slab buffers (0 in memory)."""
+        return self.storage.held_bytes(self.integrals)
+
+    # ------------------------------------------------------------------ residual
+    def residual_function(self, meters: list | None = None, session: Any = None):
+        """``residual(t) -> (E, {"t1": R1, ...})`` in the solver's layouts."""
+        program, base = self.program(), self.base_tensors()
+        backend = self.backend
+
+        def residual(t):
+            tensors = dict(base, **self.amplitude_tensors(t, session))
+            out, meter = program.evaluate(tensors, backend)
+            if meters is not None:
+                meters.append(meter)
+            return float(out["E"]), {k: np.asarray(out["R" + k[1:]]) for k in t}
+
+        return residual
+
+    def residual(self, *amplitudes: np.ndarray):
+        """``(E, R1, R2, ...)`` at amplitudes in PySCF layout (``t1[i, a]``,
+        ``t2[i, j, a, b]``, ...), the residuals in PySCF layout too."""
+        if len(amplitudes) != len(self.amplitudes):
+            raise InputTypeError(f"{self.method} residual takes {', '.join(self.amplitudes)}; "
+                                 f"got {len(amplitudes)} arrays")
+        t = {k: np.ascontiguousarray(swap_halves(x)) for k, x in zip(self.amplitudes, amplitudes)}
+        e, r = self.residual_function()(t)
+        return (e, *(swap_halves(r[k]) for k in self.amplitudes))
+
+    # ------------------------------------------------------------------ solving
+    def kernel(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None):
+        """PySCF's ``kernel(t1, t2)``: solve from the given amplitudes (PySCF layout; the
+        MP2 guess for those not given, or the checkpoint with ``restart``); returns
+        ``(e_corr, t1, t2)``."""
+        self._solve({"t1": t1, "t2": t2})
+        return (self.e_corr, *(getattr(self, k) for k in self.amplitudes))
+
+    def run(self, *args: Any, **kwargs: Any) -> "CoupledCluster":
+        """``kernel(*args, **kwargs)``; returns ``self``."""
+        self.kernel(*args, **kwargs)
+        return self
+
+    def _solve(self, given: dict[str, Any]) -> None:
+        with verbosity(self.verbose):
+            Solve(self, {k: v for k, v in given.items() if v is not None}).run()
+
+    # ------------------------------------------------------------------ results
+    @property
+    def e_hf(self) -> float:
+        """The reference energy (``mf.e_tot``)."""
+        return self.integrals.e_hf
+
+    @property
+    def e_tot(self) -> float:
+        """``e_hf + e_corr`` (Hartree)."""
+        if self.e_corr is None:
+            raise SequantEvalError(f"{self.method} has not run yet: call .run() first")
+        return self.e_hf + self.e_corr
+
+    @property
+    def nocc(self) -> int:
+        """Correlated occupied orbitals (spin orbitals for the spin-orbital methods)."""
+        return self.integrals.nocc
+
+    @property
+    def nvir(self) -> int:
+        """Correlated virtual orbitals (spin orbitals for the spin-orbital methods)."""
+        return self.integrals.nvir
+
+    def cycle_line(self, record: IterationRecord, seconds: float, peak: int) -> str:
+        """The log line of one iteration, in PySCF's shape."""
+        return (f"cycle = {record.iteration}  E_corr({self.method}) = {record.e_corr:.15g}  "
+                f"dE = {record.delta_e:.9g}  norm(R) = {record.residual_norm:.6g}  "
+                f"({seconds:.2f} s, peak {format_bytes(peak)})")
+
+    def memory(self, title: str = ""):
+        """The peak-memory report object (text/JSON/plot) of the residual program; needs a
+        budget (the planned schedule)."""
+        return self.evaluator().analyze().memory(title)
+
+    def summary(self) -> str:
+        """Energies, convergence and the memory report (prediction vs measurement)."""
+        return summary_text(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: energies, convergence, iteration history, memory."""
+        return summary_dict(self)
+
+    def close(self) -> None:
+        """Close the integral file (out of core); the file stays for a later run."""
+        if self.out_of_core and self._integrals is not None:
+            self._integrals.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({type(self.mf).__name__}, frozen={self.frozen!r}, "
+                f"budget={str(self.budget)!r}, storage={self.storage!r})")
+
+    def _record(self, result: CCResult, report: Any, meter: Any, ran: int,
+                seconds: float) -> None:
+        """Keep a solve's results (amplitudes in PySCF layout)."""
+        self.result = replace(result, t=dict(result.t))
+        self.e_corr, self.converged = result.e_corr, result.converged
+        for name in self.amplitudes:
+            setattr(self, name, np.ascontiguousarray(swap_halves(result.t[name])))
+        self.iterations, self.iterations_run = result.iterations, ran
+        self.report, self.meter = report, meter
+        self.seconds_per_iteration = seconds / max(1, ran)
+        log.log(NOTE, "%s %s", self.method, "converged" if self.converged else "not converged")
+        log.log(NOTE, "E(%s) = %.16g  E_corr = %.16g", self.method, self.e_tot, self.e_corr)

@@ -1,0 +1,216 @@
+"""Checkpoints of a CC solve: one HDF5 file, rewritten atomically after every iteration.
+
+The file holds the solver's state after an iteration's step
+(:class:`~sequant_eval.chem.solver.SolverState`): the amplitudes the next residual is
+evaluated at (solver layout, ``t1[a, i]``, ``t2[a, b, i, j]``, ...), the DIIS store (its
+vectors, errors and overlap matrix) and the iteration records, and a :class:`Fingerprint`
+of what the amplitudes belong to: the molecule (elements, geometry, charge, spin), the
+basis, the reference's orbitals, the frozen orbitals and the equations. A solve restarted
+from it takes the same steps as the one that wrote it. A checkpoint of another system is
+refused (:class:`~sequant_eval.errors.CheckpointMismatch`, naming what differs).
+
+Each write goes to a temporary file in the same folder, which then replaces the
+checkpoint (``os.replace``): a run killed at any point leaves the previous checkpoint or
+the new one, never half of one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError, CheckpointMismatch
+from .diis import slabs
+from .solver import IterationRecord, SolverState
+
+__all__ = ["Fingerprint", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE"]
+
+#: Orbital coefficients may differ by this much (max abs) between the run that wrote a
+#: checkpoint and the run restarted from it (an SCF converged again to the same state).
+ORBITAL_TOLERANCE = 1e-6
+
+_FORMAT = 1
+_RECORD_FIELDS = ("iteration", "e_corr", "delta_e", "residual_norm", "diis_size")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a checkpoint's amplitudes belong to. ``formula``, ``geometry`` (Bohr, one row
+    per atom), ``charge``, ``spin``: the molecule; ``basis`` (its name) and ``basis_digest``
+    (the shells of every element); ``reference`` (the SCF class); ``mo_coeff`` (compared to
+    :data:`ORBITAL_TOLERANCE`); ``frozen``; ``method`` and ``equations`` (a digest of the
+    equation text the residual evaluates)."""
+
+    formula: str
+    geometry: tuple[tuple[float, ...], ...]
+    charge: int
+    spin: int
+    basis: str
+    basis_digest: str
+    reference: str
+    frozen: tuple[int, ...]
+    method: str
+    equations: str
+    mo_coeff: np.ndarray
+
+    @classmethod
+    def of(cls, mf: Any, frozen, method: str, equations_text: str) -> "Fingerprint":
+        """The fingerprint of a solve of ``method`` on ``mf``."""
+        from .molecules import chemical_formula
+
+        mol = mf.mol
+        basis = json.dumps(mol._basis, sort_keys=True, default=repr)
+        return cls(chemical_formula(mol), tuple(map(tuple, np.round(mol.atom_coords(), 10))),
+                   int(mol.charge), int(mol.spin), str(mol.basis), _digest(basis),
+                   type(mf).__name__, tuple(int(p) for p in frozen), method,
+                   _digest(equations_text), np.asarray(mf.mo_coeff, dtype=np.float64))
+
+    def differences(self, other: "Fingerprint") -> list[str]:
+        """What differs between this fingerprint (the checkpoint's) and ``other`` (the
+        run's), one phrase per part; empty when the checkpoint fits."""
+        out = []
+        if self.formula != other.formula:
+            out.append(f"the molecule (checkpoint {self.formula}, this run {other.formula})")
+        elif np.shape(self.geometry) != np.shape(other.geometry) or not np.allclose(
+                self.geometry, other.geometry, rtol=0, atol=1e-6):
+            out.append("the geometry (the atoms are elsewhere)")
+        for name in ("charge", "spin"):
+            if getattr(self, name) != getattr(other, name):
+                out.append(f"the {name} (checkpoint {getattr(self, name)}, this run "
+                           f"{getattr(other, name)})")
+        if self.basis_digest != other.basis_digest:
+            out.append(f"the basis (checkpoint {self.basis!r}, this run {other.basis!r})")
+        if self.frozen != other.frozen:
+            out.append(f"the frozen orbitals (checkpoint {list(self.frozen)}, this run "
+                       f"{list(other.frozen)})")
+        if (self.method, self.equations) != (other.method, other.equations):
+            out.append(f"the equations (checkpoint {self.method} {self.equations}, this run "
+                       f"{other.method} {other.equations})")
+        if not out:
+            out += self._orbital_differences(other)
+        return out
+
+    def _orbital_differences(self, other: "Fingerprint") -> list[str]:
+        if self.reference != other.reference:
+            return [f"the reference (checkpoint {self.reference}, this run {other.reference})"]
+        if self.mo_coeff.shape != other.mo_coeff.shape:
+            return [f"the orbitals (checkpoint {self.mo_coeff.shape}, this run "
+                    f"{other.mo_coeff.shape} coefficients)"]
+        gap = float(np.abs(self.mo_coeff - other.mo_coeff).max(initial=0.0))
+        if gap > ORBITAL_TOLERANCE:
+            return [f"the orbitals (coefficients differ by up to {gap:.1e}, more than "
+                    f"{ORBITAL_TOLERANCE:g})"]
+        return []
+
+    def write(self, group: Any) -> None:
+        """Store into an HDF5 group."""
+        for name in ("formula", "basis", "basis_digest", "reference", "method", "equations"):
+            group.attrs[name] = getattr(self, name)
+        group.attrs["charge"], group.attrs["spin"] = self.charge, self.spin
+        group.create_dataset("geometry", data=np.asarray(self.geometry, dtype=np.float64))
+        group.create_dataset("frozen", data=np.asarray(self.frozen, dtype=np.int64))
+        group.create_dataset("mo_coeff", data=self.mo_coeff)
+
+    @classmethod
+    def read(cls, group: Any) -> "Fingerprint":
+        """What :meth:`write` stored."""
+        a = group.attrs
+        text = {k: str(a[k]) for k in ("formula", "basis", "basis_digest", "reference",
+                                        "method", "equations")}
+        return cls(text["formula"], tuple(map(tuple, np.asarray(group["geometry"]))),
+                   int(a["charge"]), int(a["spin"]), text["basis"], text["basis_digest"],
+                   text["reference"], tuple(int(p) for p in np.asarray(group["frozen"])),
+                   text["method"], text["equations"], np.asarray(group["mo_coeff"]))
+
+
+def write_checkpoint(path: str | os.PathLike, fingerprint: Fingerprint,
+                     state: SolverState) -> None:
+    """Write ``state`` (amplitudes, DIIS store, records) and ``fingerprint`` to ``path``,
+    atomically: a temporary file beside it, then ``os.replace``. On-disk amplitude blocks
+    and DIIS vectors are copied slab by slab."""
+    import h5py
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with h5py.File(tmp, "w") as h5:
+            h5.attrs["format"], h5.attrs["iteration"] = _FORMAT, state.iteration
+            fingerprint.write(h5.create_group("fingerprint"))
+            amps = h5.create_group("amplitudes")
+            for name, block in state.t.items():
+                _copy_block(amps, name, block)
+            rows = [[getattr(r, f) for f in _RECORD_FIELDS] for r in state.history]
+            h5.create_dataset("history", data=np.asarray(rows, dtype=np.float64).reshape(
+                len(rows), len(_RECORD_FIELDS)))
+            if state.diis is not None:
+                state.diis.export(h5.create_group("diis"))
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"cannot write the checkpoint {path} ({err.strerror or err}); "
+                              "check the folder and free space") from err
+
+
+def _copy_block(group: Any, name: str, block: Any) -> None:
+    if isinstance(block, np.ndarray):
+        group.create_dataset(name, data=block)
+        return
+    out = group.create_dataset(name, shape=block.shape, dtype=np.float64)
+    for lo, hi in slabs(tuple(block.shape), 1 << 17):
+        out[lo:hi] = block[lo:hi]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An open checkpoint: its ``fingerprint``, the iteration ``history``, the
+    ``amplitudes`` group (name → dataset, solver layout) and the ``diis`` group (None when
+    the solve ran without DIIS)."""
+
+    path: Path
+    fingerprint: Fingerprint
+    history: tuple[IterationRecord, ...]
+    amplitudes: Any
+    diis: Any
+
+    def check(self, run: Fingerprint) -> None:
+        """Refuse (CheckpointMismatch) a checkpoint of another system than ``run``'s."""
+        diff = self.fingerprint.differences(run)
+        if diff:
+            raise CheckpointMismatch(
+                f"checkpoint {self.path} is of another system: {'; '.join(diff)} differ"
+                f"{'s' if len(diff) == 1 else ''}; restart from a checkpoint of this system, "
+                "or start afresh without restart", tuple(diff))
+
+
+@contextmanager
+def open_checkpoint(path: str | os.PathLike):
+    """The :class:`Checkpoint` at ``path``, open while the ``with`` block runs; a missing
+    or unreadable file is a CheckpointError."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: run with chkfile={str(path)!r} "
+                              "(CLI: --chkfile) first, or drop restart")
+    try:
+        h5 = h5py.File(path, "r")
+    except OSError as err:
+        raise CheckpointError(f"cannot read the checkpoint {path} ({err})") from err
+    with h5:
+        if h5.attrs.get("format") != _FORMAT or "fingerprint" not in h5:
+            raise CheckpointError(f"{path} is not a checkpoint of this version "
+                                  f"(format {h5.attrs.get('format')!r}, expected {_FORMAT})")
+        history = tuple(IterationRecord(int(r[0]), float(r[1]), float(r[2]), float(r[3]),
+                                        int(r[4])) for r in np.asarray(h5["history"]))
+        yield Checkpoint(path, Fingerprint.read(h5["fingerprint"]), history,
+                         h5["amplitudes"], h5["diis"] if "diis" in h5 else None)

@@ -1,0 +1,199 @@
+"""Where a CC method keeps its integrals and amplitudes: a strategy object, not a mode flag.
+
+``InMemory()`` (the default) keeps everything in memory. ``OnDisk(directory)`` writes the
+integral blocks the equations read to an HDF5 file there once (in slabs,
+:mod:`sequant_eval.chem.on_disk`) and reads them per batch; while a solve runs, the
+doubles amplitudes (``t2``, and ``u2 = 2 t2 - t2~`` for the exchange-folded closed shell)
+and the DIIS vectors live in HDF5 files beside it and are updated slab by slab, so the
+iteration holds ``t1`` and two slab buffers (:meth:`OnDisk.held_bytes`) besides one residual
+evaluation; the budget then bounds the whole iteration.
+
+A strategy answers four questions for the method: its integrals (:meth:`integrals`), what
+the solver holds beside each residual (:meth:`held_bytes`), and, per solve, a *session*
+(:meth:`session`): the starting amplitudes, the denominators, the DIIS store, the exchange
+amplitude ``u2`` the closed-shell residual reads, the amplitudes restored from a checkpoint,
+and the converged amplitudes in memory at the end.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from .diis import DIIS, HDF5DIIS, slabs
+from .solver import denominators, mp2_guess, orbital_denominators
+
+__all__ = ["InMemory", "OnDisk", "Storage"]
+
+
+def _exchange(t2: np.ndarray) -> np.ndarray:
+    """``u2 = 2 t2 - t2.transpose(0, 1, 3, 2)`` with one t2-sized array."""
+    u2 = np.multiply(t2, 2)
+    u2 -= t2.transpose(0, 1, 3, 2)
+    return u2
+
+
+class _MemorySession:
+    """One in-memory solve: amplitudes, denominators and DIIS vectors as arrays."""
+
+    options: dict[str, Any] = {}
+
+    def __init__(self, ints: Any, diis_space: int, triples: bool) -> None:
+        self.ints, self.triples = ints, triples
+        self.diis = DIIS(diis_space) if diis_space >= 2 else None
+
+    def guess(self) -> dict[str, Any]:
+        return mp2_guess(self.ints, triples=self.triples)
+
+    def denominators(self) -> Any:
+        return denominators(self.ints, triples=self.triples)
+
+    def restore(self, amplitudes: Mapping[str, Any]) -> dict[str, Any]:
+        """Amplitudes (solver layout) from a checkpoint group or a dict, as arrays."""
+        return {k: np.array(v[()] if hasattr(v, "id") else v, dtype=np.float64)
+                for k, v in amplitudes.items()}
+
+    exchange = staticmethod(_exchange)
+
+    def finish(self, t: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return dict(t)
+
+    def close(self) -> None:
+        pass
+
+
+class InMemory:
+    """Integrals, amplitudes and DIIS vectors in memory (the default storage)."""
+
+    out_of_core = False
+
+    def integrals(self, ints: Any, equations, names, total: float | None) -> Any:
+        """The integral object the residual reads: ``ints`` itself."""
+        return ints
+
+    def held_bytes(self, ints: Any) -> int:
+        """Bytes charged to the budget besides the residual: none (the amplitudes and DIIS
+        vectors held between residuals are outside the budget)."""
+        return 0
+
+    def session(self, ints: Any, diis_space: int, triples: bool = False,
+                exchange: bool = False) -> _MemorySession:
+        """The storage of one solve."""
+        return _MemorySession(ints, diis_space, triples)
+
+    def describe(self, ints: Any) -> str | None:
+        """A line for the summary (None: nothing to say)."""
+        return None
+
+    def __repr__(self) -> str:
+        return "InMemory()"
+
+
+def diis_chunk(ints: Any) -> int:
+    """Elements per DIIS chunk on disk: an eighth of the amplitudes, within 1 Ki .. 128 Ki."""
+    n = ints.nocc * ints.nvir * (1 + ints.nocc * ints.nvir)
+    return int(min(1 << 17, max(1 << 10, n // 8)))
+
+
+class _DiskSession:
+    """One lean solve: ``t2`` (and ``u2``) and the DIIS vectors in HDF5 scratch files."""
+
+    def __init__(self, folder: Path, ints: Any, diis_space: int, exchange: bool) -> None:
+        from .on_disk import AmplitudeFile
+
+        self.ints = ints
+        scratch = str(folder / f"{{}}-{os.getpid()}-{id(self):x}.h5")
+        self.chunk = diis_chunk(ints)
+        self.amplitudes = AmplitudeFile(scratch.format("amplitudes"),
+                                        (ints.nvir,) * 2 + (ints.nocc,) * 2, self.chunk,
+                                        exchange=exchange)
+        self.diis = None if diis_space < 2 else HDF5DIIS(scratch.format("diis"),
+                                                          diis_space, self.chunk)
+        self.options = {"in_place": True, "slab_elements": self.chunk}
+
+    def guess(self) -> dict[str, Any]:
+        return self.amplitudes.mp2_guess(self.ints, orbital_denominators(self.ints))
+
+    def denominators(self) -> Any:
+        return orbital_denominators(self.ints)
+
+    def restore(self, amplitudes: Mapping[str, Any]) -> dict[str, Any]:
+        """``t1`` in memory, ``t2`` copied slab by slab into the amplitude file."""
+        t2 = self.amplitudes.t2
+        source = amplitudes["t2"]
+        for lo, hi in slabs(tuple(t2.shape), self.chunk):
+            t2[lo:hi] = np.asarray(source[lo:hi], dtype=np.float64)
+        t1 = amplitudes["t1"]
+        return {"t1": np.array(t1[()] if hasattr(t1, "id") else t1, dtype=np.float64),
+                "t2": t2}
+
+    def exchange(self, t2: Any) -> Any:
+        self.amplitudes.refresh_exchange()
+        return self.amplitudes.u2
+
+    def finish(self, t: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The converged amplitudes, read into memory."""
+        return {k: np.asarray(v[()]) for k, v in t.items()}
+
+    def close(self) -> None:
+        if self.diis is not None:
+            self.diis.close()
+        self.amplitudes.close()
+
+
+class OnDisk:
+    """Integral blocks in an HDF5 file in ``directory`` (written once, read per batch; a
+    file of the same reference and blocks is reused), the doubles amplitudes and DIIS
+    vectors in HDF5 files beside it during a solve. ``slab_bytes``: the writer's slab
+    (default 32 MiB, at most a quarter of the budget)."""
+
+    out_of_core = True
+
+    def __init__(self, directory: str | os.PathLike, slab_bytes: float | None = None) -> None:
+        self.directory = Path(directory)
+        self.slab_bytes = slab_bytes
+
+    def integrals(self, ints: Any, equations, names, total: float | None) -> Any:
+        """Write the blocks of ``names`` the equations read to the file (or reuse it) and
+        return the :class:`~sequant_eval.chem.on_disk.IntegralFile`; ``total`` is the
+        iteration budget in bytes (None: none), which sizes the slabs."""
+        from .on_disk import DEFAULT_SLAB_BYTES, IntegralFile, integral_blocks
+        from .process_memory import map_large_allocations
+
+        if not self.directory.is_dir():
+            raise UsageError(f"integrals on disk: folder {self.directory} does not exist; "
+                             "create it first")
+        map_large_allocations()     # freed slabs and batches leave the resident set at once
+        slab = self.slab_bytes
+        if slab is None:
+            slab = DEFAULT_SLAB_BYTES if total is None else min(DEFAULT_SLAB_BYTES, total / 4)
+        blocks = integral_blocks(equations, ints.extents, names)
+        return IntegralFile.write(ints, self.directory, blocks, slab_bytes=slab)
+
+    def held_bytes(self, ints: Any) -> int:
+        """``t1`` and two slabs (DIIS chunks, or rows of the doubles on disk)."""
+        no, nv = ints.nocc, ints.nvir
+        return 8 * no * nv + 16 * max(diis_chunk(ints), nv * no * no)
+
+    def session(self, ints: Any, diis_space: int, triples: bool = False,
+                exchange: bool = False) -> _DiskSession:
+        """The storage of one solve (scratch files removed by ``close()``)."""
+        return _DiskSession(self.directory, ints, diis_space, exchange)
+
+    def describe(self, ints: Any) -> str:
+        """``integrals on disk: PATH (SIZE[, reused])``."""
+        from ..units import format_bytes
+
+        return (f"integrals on disk: {ints.path} ({format_bytes(ints.written_bytes)}"
+                f"{', reused' if ints.reused else ''})")
+
+    def __repr__(self) -> str:
+        return f"OnDisk({str(self.directory)!r})"
+
+
+#: Either strategy.
+Storage = InMemory | OnDisk
