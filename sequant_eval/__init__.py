@@ -25,3 +25,13 @@ __all__ = [
     "InputTypeError", "PolicyError", "UsageError", "SinkError", "StaleInput", "DistributedError",
     "TaskFailed",
 ]
+
+
+def __getattr__(name: str):
+    """``se.chem`` loads the chemistry front end on first use (it needs PySCF, which the
+    evaluator does not), so ``import sequant_eval as se; se.chem.CCSD(mf)`` works."""
+    if name == "chem":
+        from importlib import import_module
+
+        return import_module(f"{__name__}.chem")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

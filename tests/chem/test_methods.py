@@ -1,0 +1,166 @@
+"""The PySCF-shaped methods: ``CCSD(mf)`` picks a small class by the reference, options are
+attributes with PySCF's defaults, ``kernel(t1, t2)`` / ``run()`` as in PySCF, and the
+results (``e_hf``, ``e_corr``, ``e_tot``, ``converged``, ``t1``, ``t2``) equal
+``pyscf.cc.CCSD``'s. Oracles: PySCF's ``cc.CCSD`` / ``cc.GCCSD`` on the same mean field, run
+here (water as below, 6-31G and STO-3G; OH radical UHF)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyscf")
+
+from pyscf import cc, gto, scf  # noqa: E402
+
+import sequant_eval.chem as sc  # noqa: E402
+from sequant_eval.chem import CCSD, CCSDT, GCCSD, RCCSD, InMemory, OnDisk  # noqa: E402
+from sequant_eval.errors import InputTypeError, UnsupportedFeature  # noqa: E402
+
+WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
+TIGHT = {"conv_tol": 1e-11, "conv_tol_normt": 1e-9}
+
+
+def _rhf(basis):
+    mf = scf.RHF(gto.M(atom=WATER, basis=basis, verbose=0))
+    mf.conv_tol = 1e-12
+    return mf.run()
+
+
+@pytest.fixture(scope="module")
+def water():
+    return _rhf("6-31g")
+
+
+@pytest.fixture(scope="module")
+def radical():
+    mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0))
+    mf.conv_tol = 1e-12
+    return mf.run()
+
+
+def _pyscf(mf, frozen=0, cls=cc.CCSD):
+    ref = cls(mf, frozen=frozen)
+    ref.conv_tol, ref.conv_tol_normt = 1e-11, 1e-9
+    ref.kernel()
+    assert ref.converged
+    return ref
+
+
+def test_the_factory_picks_a_class_by_the_reference(water, radical):
+    assert type(CCSD(water)) is RCCSD and type(CCSD(radical)) is GCCSD
+    assert type(CCSD(water)) is not type(CCSD(radical))
+    assert type(CCSD(water, spin_orbital=True)) is GCCSD
+    assert issubclass(CCSDT, GCCSD) and not issubclass(RCCSD, GCCSD)
+    with pytest.raises(UnsupportedFeature, match="drop spin_orbital=True"):
+        RCCSD(water, spin_orbital=True)
+
+
+def test_options_are_attributes_with_pyscf_defaults(water):
+    ours, ref = CCSD(water), cc.CCSD(water)
+    for name in ("conv_tol", "conv_tol_normt", "max_cycle", "diis_space"):
+        assert getattr(ours, name) == getattr(ref, name), name
+    assert ours.max_memory == water.max_memory and ours.verbose == 0
+    assert isinstance(ours.storage, InMemory) and ours.frozen == 0 and ours.budget.unlimited
+    with pytest.raises(InputTypeError, match="no option 'conv_tolerance'"):
+        CCSD(water, conv_tolerance=1e-9)
+
+
+def test_results_equal_pyscf_ccsd(water):
+    """``kernel()`` returns ``(e_corr, t1, t2)``, the attributes hold the same, and every
+    one equals PySCF ``cc.CCSD``'s (energies 1e-9, amplitudes 1e-6)."""
+    ref = _pyscf(water)
+    mycc = CCSD(water)
+    mycc.conv_tol, mycc.conv_tol_normt = 1e-11, 1e-9         # set as attributes, as in PySCF
+    e_corr, t1, t2 = mycc.kernel()
+    assert e_corr == mycc.e_corr and t1 is mycc.t1 and t2 is mycc.t2
+    assert mycc.converged and ref.converged
+    assert abs(mycc.e_hf - ref.e_hf) < 1e-12
+    assert abs(mycc.e_corr - ref.e_corr) < 1e-9 and abs(mycc.e_tot - ref.e_tot) < 1e-9
+    assert t1.shape == ref.t1.shape and t2.shape == ref.t2.shape
+    assert np.abs(t1 - ref.t1).max() < 1e-6 and np.abs(t2 - ref.t2).max() < 1e-6
+
+
+def test_run_returns_self_and_kernel_starts_from_given_amplitudes(water):
+    """PySCF's ``kernel(t1, t2)``: from PySCF's converged amplitudes the solve converges in
+    a few iterations (PySCF stops on the amplitude change, ours on the residual norm), to
+    the same energy; from the MP2 guess it takes many more."""
+    ref = _pyscf(water)
+    mycc = CCSD(water, **TIGHT)
+    assert mycc.run(ref.t1, ref.t2) is mycc
+    assert mycc.converged and mycc.iterations <= 4 < CCSD(water, **TIGHT).run().iterations
+    assert abs(mycc.e_corr - ref.e_corr) < 1e-9
+    fresh = CCSD(water, **TIGHT).run(t2=ref.t2)                # t1 from the guess (zero)
+    assert fresh.converged and abs(fresh.e_corr - ref.e_corr) < 1e-9
+
+
+@pytest.mark.parametrize("frozen", [[0, 1], [0, 12], 1])
+def test_frozen_orbital_lists_equal_pyscf(water, frozen):
+    """``frozen`` as PySCF reads it: a count, or orbital indices (12: the last virtual)."""
+    ref = _pyscf(water, frozen)
+    ours = CCSD(water, frozen=frozen, **TIGHT).run()
+    assert abs(ours.e_corr - ref.e_corr) < 1e-9
+    assert ours.t2.shape == ref.t2.shape
+
+
+def test_frozen_list_on_the_spin_orbital_path(radical):
+    """Oracle: PySCF GCCSD on the UHF's GHF with the same spin orbitals frozen."""
+    ghf = scf.addons.convert_to_ghf(radical)
+    ref = _pyscf(ghf, [0, 1], cls=cc.GCCSD)
+    ours = CCSD(radical, frozen=[0, 1], **TIGHT).run()
+    assert type(ours) is GCCSD and abs(ours.e_corr - ref.e_corr) < 1e-9
+
+
+def test_frozen_set_after_construction(water):
+    mycc = CCSD(water, **TIGHT)
+    mycc.frozen = 1
+    assert mycc.nocc == 4
+    assert abs(mycc.run().e_corr - _pyscf(water, 1).e_corr) < 1e-9
+
+
+def test_storage_is_a_strategy(water, tmp_path):
+    """``storage=OnDisk(DIR)`` is what ``integrals_on_disk=DIR`` means (oracle: the
+    in-memory run, 1e-10)."""
+    disk = CCSD(water, storage=OnDisk(tmp_path), **TIGHT)
+    assert disk.out_of_core and disk.integrals_on_disk == tmp_path
+    disk.run()
+    disk.close()
+    memory = CCSD(water, **TIGHT).run()
+    assert abs(disk.e_corr - memory.e_corr) < 1e-10
+    assert list(tmp_path.glob("integrals-*.h5"))
+
+
+def test_max_memory_batches_a_residual_that_does_not_fit():
+    """Without a budget, a residual whose unbatched peak exceeds ``max_memory`` (MB) runs
+    batched within it, to the same energy (oracle: the unbatched run, 1e-10; water/cc-pVDZ,
+    one frozen: on 6-31G the program's own reserve is larger than the arrays); a budget
+    overrides it."""
+    mf = _rhf("cc-pvdz")
+    free = CCSD(mf, frozen=1, **TIGHT).run()
+    top = free.report.peak_bytes
+    assert not free.report.loops and free.max_memory == mf.max_memory
+    small = CCSD(mf, frozen=1, max_memory=0.9 * top / 1e6, **TIGHT).run()
+    assert small.report.loops and small.meter.peak_bytes <= 0.9 * top
+    assert small.program().budget_bytes == pytest.approx(0.9 * top)
+    assert abs(small.e_corr - free.e_corr) < 1e-10
+    assert small.to_dict()["max_memory_mb"] < 2
+    over = CCSD(mf, frozen=1, max_memory=0.9 * top / 1e6, budget=2 * top)
+    assert not over.evaluator().analyze().loops
+
+
+def test_ccsdt_kernel_returns_the_triples():
+    mf = _rhf("sto-3g")
+    e, t1, t2, t3 = CCSDT(mf, **TIGHT).kernel()
+    assert t3.shape == (10, 10, 10, 4, 4, 4) and e < 0
+
+
+def test_se_chem_without_importing_it():
+    """``import sequant_eval as se; se.chem.CCSD`` works (the subpackage loads lazily)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sequant_eval as se; assert 'sequant_eval.chem' not in sys.modules; "
+            "print(se.chem.CCSD.__name__, se.chem.RCCSD.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["CCSD", "sequant_eval.chem.rccsd"]
+    assert sc.CCSD is CCSD
