@@ -11,7 +11,8 @@ from .api import Evaluator, Report, analyze, evaluate, min_budget
 from .plan import BatchPolicy, Loop, LoopKind
 from .errors import (DistributedError, ExpressionError, InfeasibleBudget, InputTypeError, MissingTensor,
                      ParseError, PolicyError, ScheduleError, SequantEvalError, ShapeMismatch,
-                     SinkError, StaleInput, TaskFailed, UnknownSpace, UnsupportedFeature, UsageError)
+                     SinkError, StaleInput, TaskFailed, TruncatedInput, UnknownSpace,
+                     UnsupportedFeature, UsageError)
 from .expr import Equation, Index, Operator, Product, Tensor, parse, to_text
 
 __version__ = "0.1.0"
@@ -22,7 +23,7 @@ __all__ = [
     "Equation", "Index", "Operator", "Product", "Tensor",
     "SequantEvalError", "ParseError", "ExpressionError", "MissingTensor", "ShapeMismatch",
     "UnknownSpace", "InfeasibleBudget", "ScheduleError", "UnsupportedFeature",
-    "InputTypeError", "PolicyError", "UsageError", "SinkError", "StaleInput", "DistributedError",
+    "InputTypeError", "PolicyError", "UsageError", "SinkError", "StaleInput", "TruncatedInput", "DistributedError",
     "TaskFailed",
 ]
 
