@@ -175,6 +175,7 @@ class Evaluator:
     def _compiled(self, sinks: tuple = ()):
         """The fitted program at the current element size; ``sinks`` (result name → kind
         pairs) replace the policy's own sinks when given (``evaluate(out=...)``)."""
+        sinks = sinks or (self.policy.sinks if self.policy is not None else ())
         key = (self._itemsize, sinks)
         if key not in self._programs:
             from .runtime.compiled import Compiled

@@ -26,8 +26,8 @@ from math import prod
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.ordered import BuildStep, ScopeBlock
-from ..schedule.peak import (allocations, folded_into, moves, scaled_in_place,
-                             schedule_points, stream_rows)
+from ..schedule.peak import (allocations, common_factors, folded_into, moves,
+                             scaled_in_place, schedule_points, stream_rows)
 from .graph import Graph, Node, Op
 from .program import Block, Extent, LoopProgram, Span, Work, symbolic
 
@@ -83,6 +83,8 @@ class _Lowering:
                       for k in moves(self.sched, a.forest, points)}
         self.scaled = {(points[k].form, points[k].entry)
                        for k in scaled_in_place(self.sched, a.forest, points)}
+        self.factors = common_factors(self.sched, a.forest)    # form → shared |coefficient|
+        self.factored: set[int] = set()         # nodes already scaled by their factor
         self.persistent, self.stored, self.skipped = persistent, stored, skipped
         self.seq = 0
         self.form_of: dict[int, int] = {}
@@ -249,6 +251,10 @@ class _Lowering:
         (at the batch's position, through the entry's permutation)."""
         target = self.folded[f.id]
         part = self.node_of[f.source]
+        factor = self.factors.get(f.id, 1)
+        if factor != 1:                       # every entry shares it: scaled once, here
+            part = self.emit(Op.SCALE, (part,), (float(factor), 0.0),
+                             self.g.nodes[part].shape, f"{tag} x {factor}")
         index = [None] * len(self.a.shapes[f.value])
         for pos, l in self.forms[f.source].sliced:
             if l in f.span:
@@ -260,7 +266,7 @@ class _Lowering:
             work = _work(2.0, self.g.nodes[part].shape)
             self.node_of[target] = self.emit(
                 Op.ADD_INTO, (self.node_of[target], part),
-                (at, e.perm, float(e.coefficient), work),
+                (at, e.perm, float(e.coefficient / factor), work),
                 self.g.nodes[self.node_of[target]].shape, f"{tag} -> f{target} entry {leg}")
 
     def stream(self, step: BuildStep, tag: str) -> None:
@@ -332,8 +338,14 @@ class _Lowering:
                 self.stream(step, tag)
             return                                     # a term: added batch by batch
         src = self.node_of[f.operands[step.entry]]
-        alpha = float(entry.coefficient)
         tag = f"{tag} entry {step.entry}"
+        factor = self.factors.get(f.operands[step.entry], 1)
+        if factor != 1 and src not in self.factored:    # scaled once for all its entries
+            src = self.emit(Op.SCALE, (src,), (float(factor), 0.0), self.g.nodes[src].shape,
+                            f"{tag} x {factor}")
+            self.node_of[f.operands[step.entry]] = src
+            self.factored.add(src)
+        alpha = float(entry.coefficient / factor)
         work = _work(2.0, self.g.nodes[src].shape)
         if (step.form, step.entry) in self.moved:       # the sum takes the term's buffer
             self.node_of[step.form] = src if alpha == 1.0 else self.emit(

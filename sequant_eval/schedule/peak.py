@@ -22,7 +22,7 @@ from .ordered import OrderedSchedule, walk_blocks
 __all__ = ["Point", "Liveness", "PeakProfile", "schedule_points", "liveness", "live_bytes",
            "peak_profile_sweep", "peak_profile_replay", "footprint", "transients",
            "folded_into", "stream_rows", "STREAM_BYTES", "sunk_sums", "sink_piece",
-           "sink_piece_bytes", "sink_write_bytes", "scaled_in_place"]
+           "sink_piece_bytes", "sink_write_bytes", "scaled_in_place", "common_factors"]
 
 
 @dataclass(frozen=True)
@@ -202,12 +202,36 @@ def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[in
     return out
 
 
+def common_factors(sched: OrderedSchedule, forest: Forest) -> dict:
+    """Form → the coefficient magnitude every sum entry reading it shares (not ±1): an
+    inner sum read through the permutations of an antisymmetrizer (``R3:A1``, 36 entries
+    of ±1/36), or its batch added into the result. The form is scaled in place once, then
+    each entry adds it with ±1 — no scaled copy per entry, and the same products."""
+    forms = sched.forms
+    folded = folded_into(sched)
+    out = {}
+    for f in forms:
+        inner = f if f.kind is FormKind.SUM else (
+            forms[f.source] if f.kind is FormKind.ASSEMBLE and f.id in folded else None)
+        if inner is None or inner.kind is not FormKind.SUM:
+            continue
+        readers = sched.rich.readers.get(f.id, ())
+        if len(readers) < 2 or any(forms[r].kind is not FormKind.SUM for r, _ in readers):
+            continue
+        mags = {abs(forest.values[forms[r].value].entries[leg].coefficient)
+                for r, leg in readers}
+        if len(mags) == 1 and 1 not in mags:
+            out[f.id] = mags.pop()
+    return out
+
+
 def scaled_in_place(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[int]:
     """Points where an entry of a sum built per batch (a sliced inner sum) with a
     coefficient other than ±1 scales its addend in place before adding it (no scaled
     copy): the addend is a per-batch result read there for the last time. A first entry
     makes the sum from it instead."""
     forms = sched.forms
+    factors = common_factors(sched, forest)
     last: dict[int, int] = {}
     for k, p in enumerate(points):
         for r in _reads_of(p, sched):
@@ -222,6 +246,7 @@ def scaled_in_place(sched: OrderedSchedule, forest: Forest, points: list[Point])
         src = forms[f.operands[p.entry]]
         coeff = forest.values[f.value].entries[p.entry].coefficient
         if abs(coeff) != 1 and src.kind is not FormKind.LEAF and last[src.id] == k and \
+                src.id not in factors and \
                 f.operands.count(src.id) == 1:
             out.add(k)
     return out
@@ -306,6 +331,7 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
     alloc = allocations(sched)
     sinks = sched.sinks
     scaled = scaled_in_place(sched, forest, points)
+    factors = common_factors(sched, forest)
     made: set[int] = set()           # sums allocated (or sinks opened) so far
     out: dict[int, int] = {}
 
@@ -332,7 +358,7 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
         elif p.kind == "build" and p.entry >= 0:
             src = forms[forms[p.form].operands[p.entry]]
             e = entry(p.form, p.entry)
-            coeff = e.coefficient
+            coeff = e.coefficient / factors.get(src.id, 1)
             if src.id in folded and src.kind is FormKind.ASSEMBLE:
                 continue                                 # added batch by batch at escapes
             if p.form in sinks:
@@ -355,12 +381,13 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
             sid = folded[p.form]
             src = forms[forms[p.form].source]
             legs = [entry(sid, leg) for _, leg in sched.rich.readers[p.form]]
+            c = factors.get(p.form, 1)
             if sid in sinks:
                 shape = block_shape(src, shapes, sched.loops)
                 for e in legs:
                     at(k, sink_write_bytes(sinks[sid], tuple(shape[q] for q in e.perm),
-                                           e.coefficient, itemsize))
-            elif any(abs(e.coefficient) != 1 for e in legs):
+                                           e.coefficient / c, itemsize))
+            elif any(abs(e.coefficient / c) != 1 for e in legs):
                 at(k, footprint(src, forest, shapes, sched.loops, itemsize))
     for f in forms:                  # a sum whose terms all cancelled: zeros at the end
         if f.id in sinks and f.kind is FormKind.SUM and not f.operands:
