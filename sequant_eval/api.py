@@ -9,7 +9,7 @@ from .errors import DistributedError, InfeasibleBudget, InputTypeError, PolicyEr
 from .expr import Equation, check_extents, check_unique_results, parse
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
-from .plan.policy import BudgetShare, parse_budget
+from .budget import Budget
 from .plan.regime import Regime
 from .runtime import TensorSource
 from .runtime.sources import fingerprint
@@ -143,8 +143,9 @@ class Evaluator:
         self.persist = persist
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())))
-        parsed = parse_budget(budget) if budget is not None else None   # refuses bad text
-        self._share = parsed if isinstance(parsed, BudgetShare) else None
+        parsed = Budget.parse(budget)                        # refuses bad values
+        self._share = parsed if parsed.share is not None else None
+        budget = parsed.fixed
         if self._share is not None:       # "25%" of the unbatched peak (at 8-byte elements
             budget = self._share_bytes(8, policy)             # until the inputs say more)
         self.policy = resolve_policy(budget, policy, self.extents)
@@ -228,10 +229,10 @@ class Evaluator:
         """A share budget in bytes: that share of the arrays' unbatched peak, plus the
         program's reserve (which no batching makes smaller) unless the policy says the
         budget is for the arrays only."""
-        arrays = self._share.of(self._unbatched_peak(itemsize))
+        peak = self._unbatched_peak(itemsize)
         if policy is not None and not policy.program:
-            return arrays
-        return arrays + _reserve(self.forest, self.regime, itemsize)
+            return self._share.bytes_for(peak)
+        return self._share.bytes_for(peak, _reserve(self.forest, self.regime, itemsize))
 
     def _unbatched_peak(self, itemsize: int) -> int:
         """The unbatched peak at ``itemsize``-byte elements (what a share is a share of)."""

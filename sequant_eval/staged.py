@@ -23,7 +23,7 @@ from .expr import Equation, check_extents
 from .expr.index import mode_space
 from .forest.build import mode_extent
 from .plan import BatchPolicy
-from .plan.policy import BudgetShare, parse_budget
+from .budget import Budget
 from .report.memory import LiveForm, MemoryReport
 from .runtime import Meter
 from .units import format_bytes
@@ -169,11 +169,12 @@ class StagedEvaluator:
         self._persist = persist
         self._policy = policy
         self._itemsize = (policy or BatchPolicy()).itemsize
-        parsed = parse_budget(budget) if budget is not None else None
-        if policy is not None and parsed is None and policy.finite:
+        given = Budget.parse(budget)
+        parsed = given.fixed
+        if policy is not None and given.unlimited and policy.finite:
             parsed = policy.budget_bytes
-        if isinstance(parsed, BudgetShare):       # of the arrays; the programs on top
-            parsed = parsed.of(self._unbatched_peak()) + self._program_bytes()
+        if given.share is not None:               # of the arrays; the programs on top
+            parsed = given.bytes_for(self._unbatched_peak(), self._program_bytes())
         self.budget_bytes = None if parsed is None else float(parsed)
         self._evaluators: list[Evaluator] | None = None
 

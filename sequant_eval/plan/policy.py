@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import PolicyError
+from ..budget import Budget
+from ..errors import BudgetError, PolicyError
 
-__all__ = ["BatchPolicy", "BudgetShare", "parse_bytes", "parse_budget", "DEFAULT_BATCHES",
-           "SINK_KINDS"]
+__all__ = ["BatchPolicy", "parse_bytes", "DEFAULT_BATCHES", "SINK_KINDS"]
 
 #: With no explicit block size a space is cut into this many batches.
 DEFAULT_BATCHES = 4
@@ -20,75 +19,20 @@ DEFAULT_BATCHES = 4
 #: callable).
 SINK_KINDS = ("accumulate", "once")
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
-
-_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?"
-_BYTES = re.compile(rf"\s*([+-]?{_NUMBER}|inf)\s*([A-Za-z]*)\s*")
-_SHARE = re.compile(rf"\s*({_NUMBER})\s*%\s*")
-_HOW = "use e.g. 25e9, '25GB', '4GiB' (or '25%' of the unbatched peak where a share is accepted)"
-
-
-@dataclass(frozen=True)
-class BudgetShare:
-    """A budget given as a share of the unbatched peak (``"25%"`` → ``fraction=0.25``).
-
-    Only the caller knows the unbatched peak: it resolves the share with ``of(peak)``."""
-
-    fraction: float
-    text: str = ""
-
-    def of(self, unbatched_peak: float) -> float:
-        """The budget in bytes for this unbatched peak."""
-        return self.fraction * float(unbatched_peak)
-
-    def __str__(self) -> str:
-        return self.text or f"{self.fraction * 100:g}%"
-
-
-def _positive_bytes(value: float, shown) -> float:
-    if not value > 0:        # also NaN
-        raise PolicyError(f"a budget must be a positive number of bytes, got {shown!r}; {_HOW}")
-    return float(value)
-
-
-def parse_bytes(value: float | int | str | None) -> float:
+def parse_bytes(value) -> float:
     """``"4GiB"``, ``"25GB"``, ``"25e9"``, ``25e9`` → bytes; ``None`` or ``"inf"`` → inf.
 
-    Refuses (PolicyError) booleans, malformed text (``"1.2.3"``, ``"."``), zero, negative
-    and NaN budgets, and a share such as ``"25%"`` (see ``parse_budget``)."""
-    if value is None:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise PolicyError(f"a budget is a number of bytes or a text such as '25GB', got "
-                          f"{type(value).__name__} {value!r}; {_HOW}")
-    if isinstance(value, numbers.Real):
-        return _positive_bytes(float(value), value)
-    if _SHARE.fullmatch(value):
-        raise PolicyError(f"budget {value!r} is a share of the unbatched peak, which this "
-                          f"caller cannot know; give bytes ('25GB'), or resolve the share first "
-                          f"with parse_budget({value!r}).of(unbatched_peak)")
-    m = _BYTES.fullmatch(value)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise PolicyError(f"cannot read {value!r} as bytes; {_HOW}")
-    number = float(m.group(1))
-    if math.isinf(number) and m.group(1) != "inf":
-        raise PolicyError(f"budget {value!r} overflows a float; write 'inf' for no budget")
-    return _positive_bytes(number * _UNITS[m.group(2).lower()], value)
-
-
-def parse_budget(value: float | int | str | None) -> float | BudgetShare:
-    """Like ``parse_bytes``, but ``"25%"`` (0 < share) gives a ``BudgetShare`` for the
-    caller to resolve against the unbatched peak."""
-    if isinstance(value, str):
-        m = _SHARE.fullmatch(value)
-        if m:
-            fraction = float(m.group(1)) / 100
-            if not 0 < fraction < math.inf:
-                raise PolicyError(f"a budget share must be above 0%, got {value!r}")
-            return BudgetShare(fraction, value.strip())
-    return parse_bytes(value)
+    Read by ``sequant_eval.budget.Budget.parse`` (one parser, one ``BudgetError`` for the
+    API, the command line and the chemistry front end); a share such as ``"25%"`` is
+    refused here: only a caller that knows the unbatched peak can resolve it."""
+    budget = Budget.parse(value)
+    if budget.share is not None:
+        raise BudgetError(f"budget {value!r} is a share of the unbatched peak, which this "
+                          f"caller cannot know; give bytes ('25GB'), or resolve the share "
+                          f"first with Budget.parse({value!r}).bytes_for(unbatched_peak)",
+                          value)
+    return math.inf if budget.fixed is None else budget.fixed
 
 
 def _space_names(value, what: str, noun: str = "space") -> frozenset[str]:

@@ -10,7 +10,8 @@ import pytest
 import sequant_eval as se
 from sequant_eval.errors import PolicyError
 from sequant_eval.plan import BatchPolicy
-from sequant_eval.plan.policy import BudgetShare, parse_budget, parse_bytes
+from sequant_eval.budget import Budget
+from sequant_eval.plan.policy import parse_bytes
 
 
 @pytest.mark.parametrize("value,bytes_", [
@@ -21,9 +22,10 @@ def test_budgets_read_as_bytes(value, bytes_):
 
 
 @pytest.mark.parametrize("value,words", [
-    ("1.2.3", "cannot read '1.2.3'"), (".", "cannot read '.'"), ("", "cannot read ''"),
+    ("1.2.3", "'1.2.3' is not a byte count"), (".", "'.' is not a byte count"),
+    ("", "'' is not a byte count"),
     (True, "bool"), (False, "bool"), ([3], "list"), ("-3", "positive"), ("0", "positive"),
-    (0, "positive"), (float("nan"), "positive"), ("12 parsecs", "cannot read"),
+    (0, "positive"), (float("nan"), "positive"), ("12 parsecs", "is not a byte count"),
     ("1e400", "overflows"), ("25%", "share of the unbatched peak")])
 def test_malformed_budgets_are_policy_errors(value, words):
     with pytest.raises(PolicyError) as info:
@@ -35,14 +37,14 @@ def test_malformed_budgets_are_policy_errors(value, words):
 
 
 def test_a_share_is_a_marker_the_caller_resolves():
-    """Oracle: 25 % of a stated unbatched peak."""
-    share = parse_budget(" 25 % ")
-    assert isinstance(share, BudgetShare) and share.fraction == 0.25 and str(share) == "25 %"
-    assert share.of(1000) == 250.0
-    assert parse_budget("5MB") == 5e6                       # bytes pass through
+    """Oracle: 25 % of a stated unbatched peak (plus a stated reserve)."""
+    share = Budget.parse(" 25 % ")
+    assert share.share == 0.25 and share.fixed is None
+    assert share.bytes_for(1000) == 250.0 and share.bytes_for(1000, 7) == 257.0
+    assert Budget.parse("5MB").bytes_for(1000) == 5e6       # bytes pass through
     for bad in ("0%", "-5%", "x%", "%"):
         with pytest.raises(PolicyError):
-            parse_budget(bad)
+            Budget.parse(bad)
 
 
 @pytest.mark.parametrize("size", [None, float("nan"), "abc", "16", math.inf, 0, -4, 2.5, True])
