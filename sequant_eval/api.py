@@ -5,8 +5,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .errors import DistributedError, InfeasibleBudget, InputTypeError, PolicyError, SinkError
+from .errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
+                     SinkError, UnsupportedFeature)
 from .expr import Equation, check_extents, check_unique_results, parse
+from .expr.stages import equation_stages
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .budget import Budget
@@ -65,6 +67,11 @@ class Report:
     program_bytes: int = 0             # the budget's share charged to the program itself
 
     @property
+    def stages(self) -> tuple[Report, ...]:
+        """One stage: this report (equations read in stages report each, ``StagedReport``)."""
+        return (self,)
+
+    @property
     def total_bytes(self) -> int:
         """What the budget bounds: the arrays' peak plus the program's reserve."""
         return self.peak_bytes + self.program_bytes
@@ -119,7 +126,12 @@ class Report:
 
 
 class Evaluator:
-    """Equations compiled once for given extents; evaluate many times (e.g. CC iterations)."""
+    """Equations compiled once for given extents; evaluate many times (e.g. CC iterations).
+
+    Equations that read other equations' results (``expr.factor.factor_common`` writes
+    such intermediates) are evaluated in stages (``staged.py``): each stage one fused
+    program, the results a later stage reads held between them, the budget bounding every
+    stage plus what is held across it; ``analyze`` then reports the stages (``stages``)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation],
                  extents: Mapping[str, int] | Regime, budget=None,
@@ -134,6 +146,10 @@ class Evaluator:
         self.last_meter = None          # the Meter (ClusterMeter) of the latest evaluation
         self.gpu_budget = gpu_budget
         self.equations = _as_equations(eqs)
+        self._staged = None
+        if len(equation_stages(self.equations)) > 1:      # reads other equations' results
+            self._stage(extents, budget, policy, persist, volatile)
+            return
         if isinstance(extents, Regime):
             self.regime = Regime(check_extents(extents.extents), dict(extents.moments),
                                  extents.name)
@@ -164,6 +180,32 @@ class Evaluator:
         self._partitions: dict[int, object] = {}   # element size → the cut for a cluster
         self._budgets: dict[int, float] = {}       # element size → the budget in bytes
 
+    def _stage(self, extents, budget, policy, persist, volatile) -> None:
+        from .staged import StagedEvaluator
+
+        if isinstance(extents, Regime):
+            raise UnsupportedFeature("equations evaluated in stages take plain extents "
+                                     "(space -> int), not a Regime")
+        self._staged = StagedEvaluator(self.equations, extents, budget, policy, persist,
+                                       volatile)
+        self.extents = self._staged.extents
+        self.persist = persist
+        self.policy = policy
+
+    @property
+    def stages(self) -> tuple[tuple[Equation, ...], ...]:
+        """The equations in evaluation order: one stage unless some read others' results."""
+        if self._staged is not None:
+            return self._staged.stage_equations
+        return (self.equations,)
+
+    def _single(self, what: str) -> None:
+        if self._staged is not None:
+            raise UnsupportedFeature(
+                f"{what} is per program, and these equations run in "
+                f"{len(self._staged.stage_equations)} stages (they read other equations' "
+                f"results); use analyze() (its stages) or evaluate()")
+
     @property
     def batched(self):
         """The fitted schedule, compiled to a runnable program (planned on first use; raises
@@ -171,6 +213,7 @@ class Evaluator:
 
         A finite budget covers the program too: the arrays are planned under the budget
         less the program's reserve (``program_bytes``)."""
+        self._single("the compiled program")
         return self._compiled()
 
     def _compiled(self, sinks: tuple = ()):
@@ -264,6 +307,14 @@ class Evaluator:
         (``runtime/cluster.py``); the meter is then a ``ClusterMeter``, and
         ``trace_tasks=True`` has every task measure its allocations with tracemalloc."""
         client = client if client is not None else self.client
+        if self._staged is not None:
+            if client is not None or out:
+                raise UnsupportedFeature("equations evaluated in stages run in this process "
+                                         "and return their results whole: evaluate without "
+                                         "client= and out=")
+            got = self._staged.evaluate(tensors, backend, return_meter=True)
+            self.last_meter = got[1]
+            return got if return_meter else got[0]
         if client is not None:
             if out:
                 raise SinkError("result sinks (out=) are written by this process; a cluster "
@@ -356,6 +407,11 @@ class Evaluator:
         ``client``, whose cluster shape is read) the report also predicts a cluster run:
         ``worker_peak_bytes`` (one task in flight per worker thread) and
         ``client_peak_bytes`` (the client's steps and reduction buffers)."""
+        if self._staged is not None:
+            if workers is not None or client is not None:
+                raise UnsupportedFeature("a cluster plan is made for one program; these "
+                                         "equations run in stages: analyze without workers")
+            return self._staged.analyze()
         if client is not None:
             from .runtime.cluster import cluster_shape
 
@@ -485,10 +541,12 @@ def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = Non
 
     It depends on the policy's batchable spaces and block sizes (default: every space, in
     both roles, default blocks), never on a budget; any budget at or above it fits."""
-    ev = Evaluator(eqs, extents)
     if policy is not None and not isinstance(policy, BatchPolicy):
         raise PolicyError(f"policy must be a se.BatchPolicy, got {type(policy).__name__} "
                           f"{policy!r}; a budget is not needed here")
+    ev = Evaluator(eqs, extents, policy=policy and replace(policy, budget=None))
+    if ev._staged is not None:
+        return ev._staged.min_budget()
     policy = policy if policy is not None else BatchPolicy.everything(None, ev.extents)
     policy.check(ev.regime)
     reserve = _reserve(ev.forest, ev.regime, policy.itemsize) if policy.program else 0

@@ -20,6 +20,7 @@ from math import prod
 from .api import Evaluator, Report, _as_equations
 from .errors import ExpressionError, InfeasibleBudget
 from .expr import Equation, check_extents
+from .expr.stages import equation_stages
 from .expr.index import mode_space
 from .forest.build import mode_extent
 from .plan import BatchPolicy
@@ -29,29 +30,6 @@ from .runtime import Meter
 from .units import format_bytes
 
 __all__ = ["StagedEvaluator", "StagedReport", "equation_stages"]
-
-
-def equation_stages(equations: Sequence[Equation]) -> tuple[tuple[Equation, ...], ...]:
-    """The equations in stages: each after every equation whose result it reads (by
-    tensor name), in the given order within a stage. A cycle is refused."""
-    by_name = {eq.name: eq for eq in equations}
-    reads = {eq.name: sorted({t.name for p in eq.terms for t in p.factors} & by_name.keys())
-             for eq in equations}
-    level: dict[str, int] = {}
-
-    def depth(name: str, path: tuple[str, ...]) -> int:
-        if name in path:
-            cycle = " -> ".join(path[path.index(name):] + (name,))
-            raise ExpressionError(f"equations read each other's results in a cycle ({cycle}); "
-                                  f"an equation may read only results that do not read it")
-        if name not in level:
-            level[name] = 1 + max((depth(r, path + (name,)) for r in reads[name]), default=-1)
-        return level[name]
-
-    for eq in equations:
-        depth(eq.name, ())
-    count = 1 + max(level.values(), default=-1)
-    return tuple(tuple(eq for eq in equations if level[eq.name] == s) for s in range(count))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,32 @@
+"""Equations that read other equations' results, cut into stages."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import ExpressionError
+from .terms import Equation
+
+__all__ = ["equation_stages"]
+
+
+def equation_stages(equations: Sequence[Equation]) -> tuple[tuple[Equation, ...], ...]:
+    """The equations in stages: each after every equation whose result it reads (by
+    tensor name), in the given order within a stage. A cycle is refused."""
+    by_name = {eq.name: eq for eq in equations}
+    reads = {eq.name: sorted({t.name for p in eq.terms for t in p.factors} & by_name.keys())
+             for eq in equations}
+    level: dict[str, int] = {}
+
+    def depth(name: str, path: tuple[str, ...]) -> int:
+        if name in path:
+            cycle = " -> ".join(path[path.index(name):] + (name,))
+            raise ExpressionError(f"equations read each other's results in a cycle ({cycle}); "
+                                  f"an equation may read only results that do not read it")
+        if name not in level:
+            level[name] = 1 + max((depth(r, path + (name,)) for r in reads[name]), default=-1)
+        return level[name]
+
+    for eq in equations:
+        depth(eq.name, ())
+    count = 1 + max(level.values(), default=-1)
+    return tuple(tuple(eq for eq in equations if level[eq.name] == s) for s in range(count))
