@@ -19,7 +19,8 @@ per case and budget measures the planner's ``tracemalloc`` peak (tracing slows i
 is never timed); the table shows the largest over the budgets.
 
 CCSDT (``ccsdt_so.txt``) is taken from the package when present, else from ``--ccsdt
-PATH``, else skipped.
+PATH``, else skipped; ``ccsdt_so+sink`` is the same with ``R3`` written to a sink
+(``out={"R3": ...}``: ``BatchPolicy(sinks=...)``), so R3 is never held.
 
 Run ``python benchmarks/planning.py [--rounds N] [--only NAME,...] [--json PATH]``.
 """
@@ -55,6 +56,7 @@ class Case:
     name: str
     text: str
     regime: Regime
+    sinks: tuple = ()          # results written to a sink (out=), not held
 
     def forest(self):
         """A fresh forest (nothing the planner remembers per forest carries over)."""
@@ -62,7 +64,7 @@ class Case:
         return build_forest(eqs, self.regime if self.regime.moments else self.regime.extents)
 
     def policy(self, budget) -> BatchPolicy:
-        return BatchPolicy.everything(budget, self.regime.extents)
+        return BatchPolicy.everything(budget, self.regime.extents, sinks=self.sinks)
 
 
 def _package_text(name: str) -> str | None:
@@ -85,8 +87,13 @@ def cases(ccsdt: str | None) -> list[Case]:
     if text is None and ccsdt:
         text = Path(ccsdt).read_text(encoding="utf-8")
     if text is not None:
+        sink = (("R3", "accumulate"),)
         out += [Case("ccsdt_so i10a16", text, Regime.from_extents({"i": 10, "a": 16})),
-                Case("ccsdt_so i10a38", text, Regime.from_extents({"i": 10, "a": 38}))]
+                Case("ccsdt_so i10a38", text, Regime.from_extents({"i": 10, "a": 38})),
+                Case("ccsdt_so+sink i10a16", text, Regime.from_extents({"i": 10, "a": 16}),
+                     sink),
+                Case("ccsdt_so+sink i10a38", text, Regime.from_extents({"i": 10, "a": 38}),
+                     sink)]
     return out
 
 
