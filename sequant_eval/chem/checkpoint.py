@@ -187,9 +187,9 @@ class Checkpoint:
         diff = self.fingerprint.differences(run)
         if diff:
             raise CheckpointMismatch(
-                f"checkpoint {self.path} is of another system: {'; '.join(diff)} differ"
-                f"{'s' if len(diff) == 1 else ''}; restart from a checkpoint of this system, "
-                "or start afresh without restart", tuple(diff))
+                f"checkpoint {self.path} is of another system: it differs in "
+                f"{'; '.join(diff)}; restart from a checkpoint of this system, or start "
+                "afresh without restart", tuple(diff))
 
 
 @contextmanager

@@ -21,19 +21,11 @@ from ..plan import BatchPolicy
 from ..staged import StagedEvaluator
 from ..units import format_bytes
 
-__all__ = ["MemoryLimit", "ResidualProgram", "VOLATILE", "evaluator_budget"]
+__all__ = ["MemoryLimit", "ResidualProgram", "VOLATILE"]
 
 #: The amplitudes (and ``u2 = 2 t2 - t2~``) change every iteration: nothing read from them
 #: may be kept from one evaluation to the next.
 VOLATILE = ("t1", "t2", "t3", "u2")
-
-
-def evaluator_budget(budget: Budget) -> float | str | None:
-    """``budget`` as the evaluators read it: None, bytes, or a share text (``"25.0%"``,
-    which they resolve against their own unbatched peak)."""
-    if budget.unlimited:
-        return None
-    return budget.fixed if budget.fixed is not None else f"{budget.share * 100!r}%"
 
 
 @dataclass(frozen=True)
@@ -126,7 +118,7 @@ class ResidualProgram:
         self._report = None
         if self.factored is not None and self.intermediates is not False:
             try:
-                ev = StagedEvaluator(self.factored, self.extents, evaluator_budget(budget),
+                ev = StagedEvaluator(self.factored, self.extents, budget,
                                      volatile=VOLATILE, persist=True)
                 ev.evaluators                 # plan now: refuse before the first residual
                 self.equations = self.factored

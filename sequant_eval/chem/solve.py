@@ -25,7 +25,7 @@ log = logging.getLogger("sequant_eval.chem")
 
 def fingerprint(cc: Any) -> Fingerprint:
     """What ``cc``'s amplitudes belong to: its mean field, frozen orbitals and equations."""
-    text = "\n".join(to_text(eq) for eq in cc.plain_equations())
+    text = to_text(cc.plain_equations())
     return Fingerprint.of(cc.mf, cc.integrals.frozen, f"{cc.method} ({cc.label})", text)
 
 
