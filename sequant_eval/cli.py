@@ -498,9 +498,12 @@ def _infeasible(err: InfeasibleBudget, args: argparse.Namespace) -> str:
         given = f"--budget {args.budget}"
     else:
         given = f"--max-memory {args.max_memory or 'of the SCF'} (no --budget given)"
-    text = (f"{given}: {format_bytes(err.budget)} ({int(err.budget)} B) is below the "
-            f"smallest budget that works, {format_bytes(need)} ({need} B); give --budget "
-            f"{need} or more")
+    def shown(n: float) -> str:
+        text = format_bytes(n)
+        return text if text.endswith(" B") else f"{text} ({int(n)} B)"
+
+    text = (f"{given}: {shown(err.budget)} is below the smallest budget that works, "
+            f"{shown(need)}; give --budget {need} or more")
     if args.command in ("analyze", "report"):
         text += ", or allow finer blocks (--block SPACE=N)"
     return text

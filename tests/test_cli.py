@@ -277,3 +277,15 @@ def test_ccsd_with_an_impossible_molecule_is_one_line(argv, capsys):
     assert main(["ccsd", "--basis", "sto-3g", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("sequant-eval: error:") and "Traceback" not in "\n".join(err)
+
+
+def test_an_infeasible_budget_names_the_number_and_the_flags(small, capsys):
+    """Oracle: se.min_budget on the same equations and extents (the number printed); no
+    Python names (InfeasibleBudget.minimum, BatchPolicy) in a command-line message."""
+    rc, out, err = _run(["analyze", small, *EXT, "--budget", "100"], capsys)
+    need = se.min_budget(se.parse(SMALL), EXTENTS)
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("sequant-eval: error: --budget 100: 100 B is below the smallest "
+                          "budget that works, ") and f"give --budget {need} or more" in err
+    assert "--block SPACE=N" in err
+    assert "InfeasibleBudget" not in err and "BatchPolicy" not in err and "se." not in err

@@ -82,3 +82,40 @@ def test_mistakes_are_one_line_and_exit_2(argv, culprit, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and culprit in err and "Traceback" not in err
+
+
+def test_an_infeasible_budget_prints_the_number_and_the_flag(capsys):
+    """Oracle: the smallest budget the API names for the same run (``InfeasibleBudget.minimum``
+    of ``CCSD(mf, budget=1000)``)."""
+    from sequant_eval.chem import CCSD
+    from sequant_eval.chem.molecules import mean_field, molecule_from_atoms
+    from sequant_eval.errors import InfeasibleBudget
+
+    assert main(["ccsd", "--atom", WATER, "--basis", "sto-3g", "--budget", "1000"]) == 2
+    err = capsys.readouterr().err
+    with pytest.raises(InfeasibleBudget) as info:
+        CCSD(mean_field(molecule_from_atoms(WATER, "sto-3g")), budget=1000).run()
+    need = int(info.value.minimum)
+    assert err == (f"sequant-eval: error: --budget 1000: 1000 B is below the smallest budget "
+                   f"that works, {err.split('works, ')[1].split(';')[0]}; give --budget "
+                   f"{need} or more\n")
+    assert "InfeasibleBudget" not in err and "se.min_budget" not in err
+
+
+def test_frozen_orbital_list_and_pyscf_default_thresholds(tmp_path, capsys, monkeypatch):
+    """``--frozen 0,1`` is PySCF's ``frozen=[0, 1]`` (oracle: cc.CCSD with it); the
+    command's default thresholds are the API's, PySCF's (1e-7, 1e-5)."""
+    import sequant_eval.cli as cli
+    from sequant_eval.chem import RCCSD
+
+    out = tmp_path / "out.json"
+    assert main(["ccsd", "--atom", WATER, "--basis", "6-31g", "--frozen", "0,1", *TIGHT,
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["frozen"] == [0, 1] and abs(data["e_corr"] - _pyscf_ecorr(
+        WATER, "6-31g", frozen=[0, 1])) < 1e-8
+    seen = {}
+    monkeypatch.setattr(cli, "_cmd_ccsd", lambda args: seen.update(vars(args)) or 0)
+    assert main(["ccsd"]) == 0
+    assert (seen["conv_tol"], seen["conv_tol_normt"], seen["max_iter"]) == (
+        RCCSD.conv_tol, RCCSD.conv_tol_normt, RCCSD.max_cycle) == (1e-7, 1e-5, 50)
