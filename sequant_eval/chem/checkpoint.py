@@ -5,9 +5,12 @@ The file holds the solver's state after an iteration's step
 evaluated at (solver layout, ``t1[a, i]``, ``t2[a, b, i, j]``, ...), the DIIS store (its
 vectors, errors and overlap matrix) and the iteration records, and a :class:`Fingerprint`
 of what the amplitudes belong to: the molecule (elements, geometry, charge, spin), the
-basis, the reference's orbitals, the frozen orbitals and the equations. A solve restarted
-from it takes the same steps as the one that wrote it. A checkpoint of another system is
-refused (:class:`~sequant_eval.errors.CheckpointMismatch`, naming what differs).
+basis, the reference's active orbitals, the frozen orbitals and the equations. A solve
+restarted from it takes the same steps as the one that wrote it. A checkpoint of another
+system is refused (:class:`~sequant_eval.errors.CheckpointMismatch`, naming what differs).
+Orbitals that came out of the SCF with other signs (an eigensolver's choice, which may
+change from one process to the next) are the same orbitals: the amplitudes and DIIS
+vectors are read with those signs applied (:class:`Phases`).
 
 Each write goes to a temporary file in the same folder, which then replaces the
 checkpoint (``os.replace``): a run killed at any point leaves the previous checkpoint or
@@ -29,10 +32,11 @@ from ..errors import CheckpointError, CheckpointMismatch
 from .diis import slabs
 from .solver import IterationRecord, SolverState
 
-__all__ = ["Fingerprint", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE"]
+__all__ = ["Fingerprint", "Phases", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE"]
 
-#: Orbital coefficients may differ by this much (max abs) between the run that wrote a
-#: checkpoint and the run restarted from it (an SCF converged again to the same state).
+#: Orbital coefficients may differ by this much (max abs, after aligning their signs)
+#: between the run that wrote a checkpoint and the run restarted from it (an SCF converged
+#: again to the same state).
 ORBITAL_TOLERANCE = 1e-6
 
 _FORMAT = 1
@@ -47,9 +51,10 @@ def _digest(text: str) -> str:
 class Fingerprint:
     """What a checkpoint's amplitudes belong to. ``formula``, ``geometry`` (Bohr, one row
     per atom), ``charge``, ``spin``: the molecule; ``basis`` (its name) and ``basis_digest``
-    (the shells of every element); ``reference`` (the SCF class); ``mo_coeff`` (compared to
-    :data:`ORBITAL_TOLERANCE`); ``frozen``; ``method`` and ``equations`` (a digest of the
-    equation text the residual evaluates)."""
+    (the shells of every element); ``reference`` (the SCF class); ``orbitals`` (the active
+    orbitals' coefficients along each amplitude axis, ``"i"`` and ``"a"``, compared to
+    :data:`ORBITAL_TOLERANCE` up to their signs); ``frozen``; ``method`` and ``equations``
+    (a digest of the equation text the residual evaluates)."""
 
     formula: str
     geometry: tuple[tuple[float, ...], ...]
@@ -61,19 +66,20 @@ class Fingerprint:
     frozen: tuple[int, ...]
     method: str
     equations: str
-    mo_coeff: np.ndarray
+    orbitals: dict[str, np.ndarray]
 
     @classmethod
-    def of(cls, mf: Any, frozen, method: str, equations_text: str) -> "Fingerprint":
-        """The fingerprint of a solve of ``method`` on ``mf``."""
+    def of(cls, mf: Any, ints: Any, method: str, equations_text: str) -> "Fingerprint":
+        """The fingerprint of a solve of ``method`` on ``mf`` with integrals ``ints``."""
         from .molecules import chemical_formula
 
         mol = mf.mol
         basis = json.dumps(mol._basis, sort_keys=True, default=repr)
         return cls(chemical_formula(mol), tuple(map(tuple, np.round(mol.atom_coords(), 10))),
                    int(mol.charge), int(mol.spin), str(mol.basis), _digest(basis),
-                   type(mf).__name__, tuple(int(p) for p in frozen), method,
-                   _digest(equations_text), np.asarray(mf.mo_coeff, dtype=np.float64))
+                   type(mf).__name__, tuple(int(p) for p in ints.frozen), method,
+                   _digest(equations_text),
+                   {s: np.asarray(c, dtype=np.float64) for s, c in ints.orbitals().items()})
 
     def differences(self, other: "Fingerprint") -> list[str]:
         """What differs between this fingerprint (the checkpoint's) and ``other`` (the
@@ -100,17 +106,33 @@ class Fingerprint:
             out += self._orbital_differences(other)
         return out
 
+    def _signs(self, other: "Fingerprint") -> dict[str, np.ndarray]:
+        """Per space, the sign that takes each of this fingerprint's orbitals to ``other``'s."""
+        return {s: np.where(np.einsum("pk,pk->k", c, other.orbitals[s]) < 0, -1.0, 1.0)
+                for s, c in self.orbitals.items()}
+
     def _orbital_differences(self, other: "Fingerprint") -> list[str]:
         if self.reference != other.reference:
             return [f"the reference (checkpoint {self.reference}, this run {other.reference})"]
-        if self.mo_coeff.shape != other.mo_coeff.shape:
-            return [f"the orbitals (checkpoint {self.mo_coeff.shape}, this run "
-                    f"{other.mo_coeff.shape} coefficients)"]
-        gap = float(np.abs(self.mo_coeff - other.mo_coeff).max(initial=0.0))
+        mine = {s: np.shape(c) for s, c in self.orbitals.items()}
+        theirs = {s: np.shape(c) for s, c in other.orbitals.items()}
+        if mine != theirs:
+            return [f"the orbitals (checkpoint {mine} coefficients, this run {theirs})"]
+        signs = self._signs(other)
+        gap = max(float(np.abs(c * signs[s] - other.orbitals[s]).max(initial=0.0))
+                  for s, c in self.orbitals.items())
         if gap > ORBITAL_TOLERANCE:
             return [f"the orbitals (coefficients differ by up to {gap:.1e}, more than "
-                    f"{ORBITAL_TOLERANCE:g})"]
+                    f"{ORBITAL_TOLERANCE:g}, signs aside)"]
         return []
+
+    def phases(self, other: "Fingerprint", layout) -> "Phases | None":
+        """The sign flips from this fingerprint's orbitals to ``other``'s for amplitudes of
+        ``layout`` (``(name, shape)`` in the solver's order); None when there are none."""
+        signs = self._signs(other)
+        if all(np.all(v > 0) for v in signs.values()):
+            return None
+        return Phases(signs, tuple(layout))
 
     def write(self, group: Any) -> None:
         """Store into an HDF5 group."""
@@ -119,7 +141,8 @@ class Fingerprint:
         group.attrs["charge"], group.attrs["spin"] = self.charge, self.spin
         group.create_dataset("geometry", data=np.asarray(self.geometry, dtype=np.float64))
         group.create_dataset("frozen", data=np.asarray(self.frozen, dtype=np.int64))
-        group.create_dataset("mo_coeff", data=self.mo_coeff)
+        for space, coeff in self.orbitals.items():
+            group.create_dataset(f"orbitals/{space}", data=coeff)
 
     @classmethod
     def read(cls, group: Any) -> "Fingerprint":
@@ -130,7 +153,46 @@ class Fingerprint:
         return cls(text["formula"], tuple(map(tuple, np.asarray(group["geometry"]))),
                    int(a["charge"]), int(a["spin"]), text["basis"], text["basis_digest"],
                    text["reference"], tuple(int(p) for p in np.asarray(group["frozen"])),
-                   text["method"], text["equations"], np.asarray(group["mo_coeff"]))
+                   text["method"], text["equations"],
+                   {s: np.asarray(c) for s, c in group["orbitals"].items()})
+
+
+class Phases:
+    """Sign flips of the orbitals between a checkpoint and the run restarted from it,
+    applied to what is read: ``signs[space]`` is ±1 per orbital of ``"i"`` and ``"a"``;
+    ``layout`` the amplitude blocks ``(name, shape)`` in the solver's order (virtual axes
+    first), as the DIIS vectors concatenate them."""
+
+    def __init__(self, signs: dict[str, np.ndarray], layout) -> None:
+        self.signs, self.layout = signs, tuple(layout)
+
+    def _axis_signs(self, ndim: int) -> list[np.ndarray]:
+        n = ndim // 2
+        return [self.signs["a"]] * n + [self.signs["i"]] * n
+
+    def block(self, x: np.ndarray, start: int = 0) -> np.ndarray:
+        """``x`` (rows ``start:`` of one amplitude block, solver layout) with the signs of
+        its orbitals applied, in place."""
+        for axis, s in enumerate(self._axis_signs(x.ndim)):
+            part = s[start:start + x.shape[0]] if axis == 0 else s
+            x *= part.reshape((-1,) + (1,) * (x.ndim - axis - 1))
+        return x
+
+    def flat(self, values: np.ndarray, lo: int) -> np.ndarray:
+        """``values``, elements ``lo:`` of the blocks concatenated (a DIIS vector), with the
+        signs applied, in place."""
+        off, hi = 0, lo + values.size
+        for _, shape in self.layout:
+            size = int(np.prod(shape))
+            a, b = max(lo, off), min(hi, off + size)
+            if a < b:
+                index = np.unravel_index(np.arange(a - off, b - off), shape)
+                sign = np.ones(b - a)
+                for axis, s in enumerate(self._axis_signs(len(shape))):
+                    sign *= s[index[axis]]
+                values[a - lo:b - lo] *= sign
+            off += size
+        return values
 
 
 def write_checkpoint(path: str | os.PathLike, fingerprint: Fingerprint,

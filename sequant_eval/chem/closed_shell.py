@@ -117,6 +117,10 @@ class ClosedShellIntegrals(FockBlocks):
             self._g[key] = block
         return _sub_block(block, ranges)
 
+    def orbitals(self) -> dict[str, np.ndarray]:
+        """The MO coefficients along each amplitude axis (``"i"``, ``"a"``: AO x orbitals)."""
+        return {s: self._coeff[s] for s in ("i", "a")}
+
     def clear_cache(self) -> None:
         """Drop every cached integral block."""
         self._g.clear()

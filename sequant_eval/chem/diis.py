@@ -79,14 +79,20 @@ class DIIS:
         group.create_dataset("errors", data=np.reshape(self._errors, (len(self), n)))
         group.create_dataset("overlap", data=self._overlap)
 
-    def restore(self, group: Any) -> None:
-        """Replace the store by what :meth:`export` wrote (bitwise)."""
+    def restore(self, group: Any, adjust=None) -> None:
+        """Replace the store by what :meth:`export` wrote (bitwise); ``adjust(values, lo)``,
+        when given, changes each row in place as it is read (elements ``lo:`` of it)."""
         vectors, errors = np.asarray(group["vectors"]), np.asarray(group["errors"])
         k = min(len(vectors), self.space)
-        self._vectors = [vectors[j].copy() for j in range(len(vectors) - k, len(vectors))]
-        self._errors = [errors[j].copy() for j in range(len(errors) - k, len(errors))]
+        rows = range(len(vectors) - k, len(vectors))
+        self._vectors = [_adjusted(vectors[j].copy(), adjust) for j in rows]
+        self._errors = [_adjusted(errors[j].copy(), adjust) for j in rows]
         self._overlap = np.asarray(group["overlap"], dtype=np.float64)[-k:, -k:] if k else \
             np.zeros((0, 0))
+
+
+def _adjusted(row: np.ndarray, adjust, lo: int = 0) -> np.ndarray:
+    return row if adjust is None else adjust(row, lo)
 
 
 def _flat(blocks: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -216,7 +222,7 @@ class HDF5DIIS:
                     out[row, lo:lo + self.chunk] = self._file[name][slot, lo:lo + self.chunk]
         group.create_dataset("overlap", data=self._overlap)
 
-    def restore(self, group: Any) -> None:
+    def restore(self, group: Any, adjust=None) -> None:
         """:meth:`DIIS.restore`, copied one chunk at a time."""
         vectors, errors = group["vectors"], group["errors"]
         k, n = min(vectors.shape[0], self.space), vectors.shape[1]
@@ -226,7 +232,8 @@ class HDF5DIIS:
             for slot in range(k):
                 for lo in range(0, n, self.chunk):
                     for src, dst in zip((vectors, errors), mine):
-                        dst[slot, lo:lo + self.chunk] = src[first + slot, lo:lo + self.chunk]
+                        dst[slot, lo:lo + self.chunk] = _adjusted(
+                            np.asarray(src[first + slot, lo:lo + self.chunk]), adjust, lo)
         self._slots = list(range(k))
         self._overlap = np.asarray(group["overlap"], dtype=np.float64)[first:, first:]
 

@@ -293,6 +293,11 @@ class SpinOrbitalIntegrals:
             self._g_cache[key] = block
         return _sub_block(block, ranges)
 
+    def orbitals(self) -> dict[str, np.ndarray]:
+        """The MO coefficients along each amplitude axis (``"i"``, ``"a"``; spin orbital
+        ``2P + σ`` has spatial orbital ``P``'s column)."""
+        return {s: np.repeat(self._mo_coeff[:, self._slices[s]], 2, axis=1) for s in ("i", "a")}
+
     def clear_cache(self) -> None:
         """Drop all cached integral blocks (spatial and spin-orbital)."""
         self._chem_cache.clear()

@@ -88,6 +88,7 @@ class IntegralFile:
         self.scf = ints.scf
         self.kind = type(ints).__name__
         self.reused = reused
+        self._orbitals = {s: np.array(c) for s, c in ints.orbitals().items()}
         self._fock = fock
         self._h5 = h5
         self._data: dict[str, dict[tuple[str, ...], Any]] = {}
@@ -174,6 +175,10 @@ class IntegralFile:
     def exchange(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Block ``spaces`` of ``L`` (closed shell), read from the file."""
         return self._read("L", spaces, ranges)
+
+    def orbitals(self) -> dict[str, np.ndarray]:
+        """The orbitals of the integrals written (see the in-memory classes)."""
+        return self._orbitals
 
     def close(self) -> None:
         """Close the file (the evaluator cannot read it afterwards)."""

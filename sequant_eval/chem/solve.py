@@ -26,7 +26,7 @@ log = logging.getLogger("sequant_eval.chem")
 def fingerprint(cc: Any) -> Fingerprint:
     """What ``cc``'s amplitudes belong to: its mean field, frozen orbitals and equations."""
     text = to_text(cc.plain_equations())
-    return Fingerprint.of(cc.mf, cc.integrals.frozen, f"{cc.method} ({cc.label})", text)
+    return Fingerprint.of(cc.mf, cc.integrals, f"{cc.method} ({cc.label})", text)
 
 
 class Solve:
@@ -78,9 +78,11 @@ class Solve:
                                  "checkpoint to continue from")
             with open_checkpoint(cc.chkfile) as ck:
                 ck.check(self.fingerprint)
-                t = session.restore(ck.amplitudes)
+                layout = [(k, ck.amplitudes[k].shape) for k in cc.amplitudes]
+                phases = ck.fingerprint.phases(self.fingerprint, layout)
+                t = session.restore(ck.amplitudes, phases)
                 if session.diis is not None and ck.diis is not None:
-                    session.diis.restore(ck.diis)
+                    session.diis.restore(ck.diis, None if phases is None else phases.flat)
                 log.info("restart from %s at iteration %d", cc.chkfile, len(ck.history))
                 return t, list(ck.history)
         t = session.guess()

@@ -86,6 +86,10 @@ class GeneralSpinOrbitalIntegrals(FockBlocks):
             self._g[key] = block
         return _sub_block(self._g[key], ranges)
 
+    def orbitals(self) -> dict[str, np.ndarray]:
+        """The GHF coefficients along each amplitude axis (``"i"``, ``"a"``)."""
+        return {s: self._mo[:, self._slices[s]] for s in ("i", "a")}
+
     #: :meth:`block_rows` works on any row range.
     ROW_STEP = 1
 

@@ -52,10 +52,16 @@ class _MemorySession:
     def denominators(self) -> Any:
         return denominators(self.ints, triples=self.triples)
 
-    def restore(self, amplitudes: Mapping[str, Any]) -> dict[str, Any]:
-        """Amplitudes (solver layout) from a checkpoint group or a dict, as arrays."""
-        return {k: np.array(v[()] if hasattr(v, "id") else v, dtype=np.float64)
-                for k, v in amplitudes.items()}
+    def restore(self, amplitudes: Mapping[str, Any], phases: Any = None) -> dict[str, Any]:
+        """Amplitudes (solver layout) from a checkpoint group or a dict, as arrays; with
+        ``phases`` (a checkpoint's :class:`~sequant_eval.chem.checkpoint.Phases`) their
+        orbitals' sign flips applied."""
+        out = {k: np.array(v[()] if hasattr(v, "id") else v, dtype=np.float64)
+               for k, v in amplitudes.items()}
+        if phases is not None:
+            for x in out.values():
+                phases.block(x)
+        return out
 
     exchange = staticmethod(_exchange)
 
@@ -121,15 +127,17 @@ class _DiskSession:
     def denominators(self) -> Any:
         return orbital_denominators(self.ints)
 
-    def restore(self, amplitudes: Mapping[str, Any]) -> dict[str, Any]:
-        """``t1`` in memory, ``t2`` copied slab by slab into the amplitude file."""
+    def restore(self, amplitudes: Mapping[str, Any], phases: Any = None) -> dict[str, Any]:
+        """``t1`` in memory, ``t2`` copied slab by slab into the amplitude file (with
+        ``phases``' sign flips applied)."""
         t2 = self.amplitudes.t2
         source = amplitudes["t2"]
         for lo, hi in slabs(tuple(t2.shape), self.chunk):
-            t2[lo:hi] = np.asarray(source[lo:hi], dtype=np.float64)
+            slab = np.array(source[lo:hi], dtype=np.float64)
+            t2[lo:hi] = slab if phases is None else phases.block(slab, lo)
         t1 = amplitudes["t1"]
-        return {"t1": np.array(t1[()] if hasattr(t1, "id") else t1, dtype=np.float64),
-                "t2": t2}
+        t1 = np.array(t1[()] if hasattr(t1, "id") else t1, dtype=np.float64)
+        return {"t1": t1 if phases is None else phases.block(t1), "t2": t2}
 
     def exchange(self, t2: Any) -> Any:
         self.amplitudes.refresh_exchange()

@@ -7,6 +7,7 @@ themselves (PySCF's ``cycle = N  E_corr(CCSD) = ...`` shape). Water and its dime
 geometries below (Angstrom)."""
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import subprocess
@@ -95,14 +96,45 @@ def test_a_checkpoint_of_another_system_is_refused(water, checkpoint, other, opt
     assert any(d.startswith(part.split(" (")[0]) for d in info.value.differences)
 
 
+def _with_orbitals(mf, change):
+    out = copy.copy(mf)
+    out.mo_coeff = change(mf.mo_coeff.copy())
+    return out
+
+
+def _flip(c):
+    c[:, [2, 4, 7]] *= -1                 # two active occupied orbitals and a virtual
+    return c
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_orbitals_with_other_signs_are_the_same_system(water, uninterrupted, tmp_path,
+                                                      storage):
+    """An SCF may return an orbital with the other sign (another process, another
+    eigensolver run): the amplitudes and DIIS vectors are read with the signs applied,
+    and the solve continues with the same steps (oracle: the uninterrupted run's energy
+    and iteration count; in memory and with both on disk, where they are copied in slabs
+    and chunks)."""
+    chk = tmp_path / "ccsd.chk"
+    where = (lambda: {"storage": OnDisk(tmp_path)}) if storage == "disk" else dict
+    CCSD(water, max_cycle=4, chkfile=chk, **where(), **TIGHT).run().close()
+    flipped = _with_orbitals(water, _flip)
+    rest = CCSD(flipped, chkfile=chk, restart=True, **where(), **TIGHT).run()
+    rest.close()
+    assert rest.iterations == uninterrupted.iterations and rest.iterations_run == \
+        uninterrupted.iterations - 3
+    assert abs(rest.e_corr - uninterrupted.e_corr) < 1e-10
+
+
 def test_rotated_orbitals_are_refused(water, checkpoint):
-    """Orbitals differing beyond the tolerance (one sign flipped) are another system."""
-    mf = scf.RHF(water.mol)
-    mf.__dict__.update({k: v for k, v in water.__dict__.items() if k != "mo_coeff"})
-    mf.mo_coeff = water.mo_coeff.copy()
-    mf.mo_coeff[:, 2] *= -1
-    with pytest.raises(CheckpointMismatch, match="the orbitals"):
-        CCSD(mf, chkfile=checkpoint, restart=True).run()
+    """Orbitals mixed by a rotation (0.01 rad between two virtuals) are another system."""
+    def rotate(c):
+        a, b = c[:, 6].copy(), c[:, 7].copy()
+        c[:, 6], c[:, 7] = np.cos(.01) * a - np.sin(.01) * b, np.sin(.01) * a + np.cos(.01) * b
+        return c
+
+    with pytest.raises(CheckpointMismatch, match="the orbitals .*signs aside"):
+        CCSD(_with_orbitals(water, rotate), chkfile=checkpoint, restart=True).run()
 
 
 def test_restart_refusals(water, tmp_path):
