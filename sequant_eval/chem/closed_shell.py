@@ -25,7 +25,7 @@ import numpy as np
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
 from .integrals import (FockBlocks, SCFNotConverged, _sub_block, _transform_rows,
-                        active_orbitals, check_request, density_fitted)
+                        active_orbitals, density_fitted)
 
 __all__ = ["ClosedShellIntegrals"]
 
@@ -126,9 +126,6 @@ class ClosedShellIntegrals(FockBlocks):
         self._g.clear()
 
     # ------------------------------------------------------------------ internals
-    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
-        return check_request(tensor, spaces, rank, self._slices)
-
     #: :meth:`block_rows` works on any row range.
     ROW_STEP = 1
 

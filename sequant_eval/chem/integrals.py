@@ -35,9 +35,6 @@ __all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider", "FockBloc
 #: ``(start, stop)`` per slot, or None for the whole block) and returns that sub-block.
 BlockProvider = Callable[..., np.ndarray]
 
-_SPACE_NAMES = ("i", "a")
-
-
 def check_request(tensor: str, spaces: Any, rank: int, known) -> tuple[str, ...]:
     """The block request ``spaces`` as a tuple of ``rank`` known space names, else a typed
     error naming the tensor (shared by every integral class here)."""
@@ -134,10 +131,14 @@ def active_orbitals(frozen: Any, mo_occ: Any) -> tuple[np.ndarray, np.ndarray, t
 
 class FockBlocks:
     """``fock(spaces, ranges)`` of an integral class that holds the active-orbital Fock
-    matrix ``_fock`` (occupied first) and the space → row range map ``_slices``."""
+    matrix ``_fock`` (occupied first) and the space → row range map ``_slices``, and the
+    request check of its other blocks."""
 
     _fock: np.ndarray
     _slices: dict[str, slice]
+
+    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
+        return check_request(tensor, spaces, rank, self._slices)
 
     def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Fock block for ``(space_p, space_q)``, read-only, shape ``(n_p, n_q)``; with
@@ -306,23 +307,7 @@ class SpinOrbitalIntegrals:
 
     # ------------------------------------------------------------------ internals
     def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
-        try:
-            key = tuple(spaces)
-        except TypeError:
-            raise ShapeMismatch(
-                f"tensor {tensor!r} needs a tuple of {rank} space names, got {spaces!r}"
-            ) from None
-        if len(key) != rank:
-            raise ShapeMismatch(
-                f"tensor {tensor!r} has {rank} slots, but {len(key)} spaces were asked for: {key}"
-            )
-        for s in key:
-            if s not in self._slices:
-                raise UnknownSpace(
-                    f"tensor {tensor!r}: unknown index space {s!r} in {key}; "
-                    f"known spaces: {', '.join(_SPACE_NAMES)}"
-                )
-        return key
+        return check_request(tensor, spaces, rank, self._slices)
 
     def _spin_slice(self, space: str) -> slice:
         sl = self._slices[space]

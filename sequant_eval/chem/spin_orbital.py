@@ -15,7 +15,7 @@ import numpy as np
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
 from .integrals import (FockBlocks, SCFNotConverged, SpinOrbitalIntegrals, _sub_block,
-                        active_orbitals, check_request, density_fitted)
+                        active_orbitals, density_fitted)
 
 __all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
 
@@ -129,5 +129,3 @@ class GeneralSpinOrbitalIntegrals(FockBlocks):
                 out += np.asarray(part).reshape(shape)
         return out
 
-    def _check(self, tensor: str, spaces: Any, rank: int) -> tuple[str, ...]:
-        return check_request(tensor, spaces, rank, self._slices)
