@@ -23,7 +23,7 @@ from .loops import Loop, LoopKind
 from .planner import BatchPlan
 from .sizes import Sizer
 
-__all__ = ["SlicedSum", "slice_sums", "sliceable_sums", "MODES"]
+__all__ = ["SlicedSum", "slice_sums", "sliceable_sums", "orient_sums", "MODES"]
 
 #: An inner sum is sliced on at most this many modes (the first of each of its largest
 #: batchable spaces: for a triples residual one virtual and one occupied mode).
@@ -67,6 +67,99 @@ def sliceable_sums(forest: Forest, policy) -> dict[int, int]:
     return out
 
 
+def _modes(forest: Forest, sid: int, policy, sizer: Sizer) -> tuple[int, ...]:
+    """The modes an inner sum is sliced on: the first mode of each batchable space, the
+    largest space first (at most ``MODES``)."""
+    first: dict[str, int] = {}
+    for k, sp in enumerate(forest.values[sid].spaces):
+        if sp in policy.external:
+            first.setdefault(sp, k)
+    ranked = sorted(first.items(), key=lambda kv: (-sizer.regime.plain(kv[0]), kv[1]))
+    return tuple(k for _, k in ranked[:MODES])
+
+
+def _symmetries(forest: Forest, sid: int) -> list[tuple[tuple[int, ...], int]]:
+    """The permutations ``g`` of the inner sum's modes that its readers cannot tell apart
+    up to a sign: every reading entry's permutation composed with ``g`` is a reading
+    entry's too, with the weight times ``sign``. (An antisymmetrizer's group: ``sign`` is
+    the parity.) Returns ``(g, sign)`` pairs, the identity first."""
+    reads = {}
+    for v in forest.values:
+        for e in v.entries:
+            if e.value == sid:
+                reads[(v.id, e.perm)] = reads.get((v.id, e.perm), 0) + e.coefficient
+    out = []
+    for (_, g) in reads:
+        sign = None
+        for (r, p), w in reads.items():
+            q = tuple(g[p[k]] for k in range(len(p)))
+            got = reads.get((r, q))
+            if got is None or got not in (w, -w) or (sign is not None and got != sign * w):
+                sign = 0
+                break
+            sign = 1 if got == w else -1
+        if sign:
+            out.append((g, sign))
+    ident = tuple(range(len(forest.values[sid].spaces)))
+    return sorted(out, key=lambda gs: gs[0] != ident)
+
+
+def _recompute(tree, labels, sizer: Sizer) -> float:
+    """Flops of a term's contractions times the batches of the tied loops over ``labels``
+    each does not carry (inside the tied loops, such a node is made again every batch)."""
+    total = 0.0
+    for node in tree.nodes:
+        if not node.children:
+            continue
+        seen = set(node.labels)
+        for c in node.children:
+            seen |= set(tree.nodes[c].labels)
+        flops = 1.0
+        for ix in seen:
+            flops *= sizer.extent(ix)
+        again = 1
+        for ix in labels:
+            if ix not in node.labels:
+                again *= sizer.nbatches(ix)
+        total += flops * again
+    return total
+
+
+def orient_sums(forest: Forest, policy, extents) -> Forest:
+    """``forest`` with every sliceable inner sum's terms turned, within the symmetry of its
+    readers (``_symmetries``: an antisymmetrizer's permutations, with their signs), so the
+    labels at the sliced modes are the ones the term's costly contractions carry — the
+    fewest flops made again inside the tied loops. The results are unchanged: a term
+    added through ``g`` with the sign of ``g`` is read by the equation as before."""
+    from ..forest.values import SumEntry
+
+    chosen = sliceable_sums(forest, policy)
+    if not chosen:
+        return forest
+    sizer = Sizer(extents, policy)
+    values = list(forest.values)
+    changed = False
+    for sid in sorted(chosen):
+        modes = _modes(forest, sid, policy, sizer)
+        syms = _symmetries(forest, sid)
+        if len(syms) < 2:
+            continue
+        entries = []
+        for e in forest.values[sid].entries:
+            tree = forest.trees[e.value]
+            root = tree.nodes[tree.root].labels
+            best = None
+            for g, sign in syms:
+                perm = tuple(e.perm[g[k]] for k in range(len(g)))
+                cost = _recompute(tree, [root[perm[m]] for m in modes], sizer)
+                if best is None or cost < best[0]:
+                    best = (cost, perm, sign)
+            entries.append(SumEntry(e.coefficient * best[2], e.value, best[1]))
+            changed |= best[1] != e.perm
+        values[sid] = replace(values[sid], entries=tuple(entries))
+    return replace(forest, values=tuple(values)) if changed else forest
+
+
 def slice_sums(forest: Forest, plan: BatchPlan, extents) -> BatchPlan:
     """``plan`` with every sliceable inner sum sliced (see the module docstring); a term
     read by two sliced sums, or by a sliced one and another sum, keeps its own loops."""
@@ -74,14 +167,8 @@ def slice_sums(forest: Forest, plan: BatchPlan, extents) -> BatchPlan:
     if not chosen:
         return plan
     sizer = Sizer(extents, plan.policy)
-    for v in list(chosen):              # the first mode of each batchable space, largest
-        spaces = forest.values[v].spaces     # space first (at most MODES of them)
-        first = {}
-        for k, sp in enumerate(spaces):
-            if sp in plan.policy.external:
-                first.setdefault(sp, k)
-        ranked = sorted(first.items(), key=lambda kv: (-sizer.regime.plain(kv[0]), kv[1]))
-        chosen[v] = tuple(k for _, k in ranked[:MODES])
+    for v in list(chosen):
+        chosen[v] = _modes(forest, v, plan.policy, sizer)
     users: dict[int, int] = {}
     for v in forest.values:
         for e in v.entries:

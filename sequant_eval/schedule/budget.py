@@ -29,7 +29,7 @@ from ..forest.values import Forest
 from ..plan.menu import TermMenu
 from ..plan.planner import BatchPlan, TermPlanner
 from ..plan.policy import BatchPolicy
-from ..plan.slicing import slice_sums, sliceable_sums
+from ..plan.slicing import orient_sums, slice_sums, sliceable_sums
 from ..units import format_budget, format_bytes
 from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
 
@@ -61,6 +61,7 @@ class _Fitting:
         self.extents = extents
         self.policy = policy
         self.sliced = sliced             # inner sums sliced by tied loops (plan/slicing.py)
+        self.origin = forest             # the forest asked about (``forest`` may be turned)
         self.exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
         self.menus: dict[int, TermMenu] = {}
         self.verdicts: dict[tuple, _Verdict] = {}
@@ -125,9 +126,12 @@ def _fitting(forest: Forest, extents, policy: BatchPolicy, sliced: bool = False)
     the fitting whose plans slice the inner sums (``plan/slicing.py``)."""
     key = _key(forest, extents, policy) + (sliced,)
     got = _FITTINGS.get(key)
-    if got is None or got.forest is not forest:
-        got = _FITTINGS[key] = _Fitting(forest, extents, replace(policy, budget=math.inf),
-                                        sliced)
+    if got is None or got.origin is not forest:
+        unbudgeted = replace(policy, budget=math.inf)
+        # sliced: the inner sums' terms turned within their readers' symmetry first
+        planned = orient_sums(forest, unbudgeted, extents) if sliced else forest
+        got = _FITTINGS[key] = _Fitting(planned, extents, unbudgeted, sliced)
+        got.origin = forest
         weakref.finalize(forest, _FITTINGS.pop, key, None)
     return got
 
