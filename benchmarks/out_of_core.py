@@ -99,7 +99,7 @@ def run_trimer(args: argparse.Namespace) -> dict:
     t_iter = time.perf_counter() - t1
     growth = watch.growth()
     report = mycc.report
-    total = mycc._iteration_budget(ints.extents)
+    total = mycc.iteration_budget_bytes
     print(mycc.summary(), flush=True)
     print(f"peak RSS growth {growth / MIB:.1f} MiB vs budget {total / MIB:.1f} MiB", flush=True)
     mycc.close()
@@ -128,7 +128,7 @@ def run_trimer(args: argparse.Namespace) -> dict:
         "integrals_reused": ints.reused,
         "write_seconds": t_write, "iteration_seconds": t_iter,
         "seconds_per_iteration": t_iter / max(1, mycc.iterations),
-        "budget_bytes": total, "evaluator_budget_bytes": mycc._budget_bytes(),
+        "budget_bytes": total, "evaluator_budget_bytes": mycc.budget_bytes,
         "held_bytes": mycc.held_bytes, "predicted_peak_bytes": report.peak_bytes,
         "max_meter_peak_bytes": max(peaks) if peaks else None,
         "flops_per_iteration": report.flops, "recompute_overhead": report.recompute_overhead,

@@ -317,6 +317,18 @@ class CoupledCluster:
         return self.program().staged
 
     @property
+    def budget_bytes(self) -> float | None:
+        """The bytes each residual is planned under (None: unbatched)."""
+        return self.program().budget_bytes
+
+    @property
+    def iteration_budget_bytes(self) -> float | None:
+        """Out of core, the whole iteration's budget: the residual's plus what the solver
+        holds (None in memory or unbatched)."""
+        budget = self.budget_bytes
+        return None if not self.out_of_core or budget is None else budget + self.held_bytes
+
+    @property
     def held_bytes(self) -> int:
         """Bytes the lean (out-of-core) solver holds beside one evaluation, charged to the
         budget first: ``t1`` and two slab buffers (0 in memory)."""

@@ -33,7 +33,7 @@ def _iterations(cc: Any) -> str:
 
 def _memory_lines(cc: Any) -> list[str]:
     p, m = cc.report, cc.meter
-    budget = cc.program().budget_bytes
+    budget = cc.budget_bytes
     lines = ["memory report (one residual evaluation"
              + (f", budget {format_bytes(budget)}):" if budget else "):"),
              f"  predicted peak  {format_bytes(p.peak_bytes)} ({p.peak_bytes} B, dry run)"]
@@ -58,20 +58,12 @@ def _memory_lines(cc: Any) -> list[str]:
 
 def _storage_line(cc: Any) -> str | None:
     line = cc.storage.describe(cc.integrals)
-    total = _iteration_budget(cc)
+    total = cc.iteration_budget_bytes
     if line is not None and total is not None:
         line += (f"; iteration budget {format_bytes(total)} = residual "
-                 f"{format_bytes(cc.program().budget_bytes)} + amplitudes and DIIS buffers "
+                 f"{format_bytes(cc.budget_bytes)} + amplitudes and DIIS buffers "
                  f"{format_bytes(cc.held_bytes)}")
     return line
-
-
-def _iteration_budget(cc: Any) -> float | None:
-    """Out of core: the whole iteration's budget (the residual's plus what is held)."""
-    budget = cc.program().budget_bytes
-    if not cc.out_of_core or budget is None:
-        return None
-    return budget + cc.held_bytes
 
 
 def summary_text(cc: Any) -> str:
@@ -100,8 +92,8 @@ def _memory(cc: Any) -> dict[str, Any] | None:
     rep, m = cc.report, cc.meter
     if rep is None:
         return None
-    return {"budget_bytes": cc.program().budget_bytes,
-            "iteration_budget_bytes": _iteration_budget(cc),
+    return {"budget_bytes": cc.budget_bytes,
+            "iteration_budget_bytes": cc.iteration_budget_bytes,
             "held_bytes": cc.held_bytes if cc.out_of_core else None,
             "predicted_peak_bytes": rep.peak_bytes,
             "measured_peak_bytes": None if m is None else m.peak_bytes,

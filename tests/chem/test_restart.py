@@ -161,7 +161,7 @@ def test_silent_unless_asked(water, capsys, caplog):
     assert len(cycles) == mycc.iterations and all(r.levelno == logging.INFO for r in cycles)
     assert cycles[0].name == "sequant_eval.chem"
     assert caplog.records[-1].getMessage().startswith("E(CCSD) = ")
-    assert caplog.records[-1].levelname == "NOTE"
+    assert caplog.records[-1].levelno == 25            # NOTE (another package may name 25)
     caplog.clear()
     CCSD(water, verbose=4).run()
     out = capsys.readouterr().out.splitlines()
