@@ -194,7 +194,9 @@ class CoupledCluster:
 
     def _invalidate(self, integrals: bool = True) -> None:
         self._program = None
-        if integrals:
+        if integrals and self._integrals is not None:
+            if hasattr(self._integrals, "close"):        # an integral file: opened again
+                self._integrals.close()
             self._integrals = None
 
     @property
