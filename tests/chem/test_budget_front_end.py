@@ -1,5 +1,6 @@
 """One budget, one refusal: the same bad budgets given to ``CCSD(mf, budget=...)``, to
-``Budget.parse`` and to the command line (``ccsd`` and ``analyze``) are the same
+``Budget.parse``, to the API (``se.Evaluator``, ``se.evaluate``, ``se.analyze``) and to the
+command line (``ccsd`` and ``analyze``) are the same
 ``BudgetError`` with the same message (the command line leads it with the flag). Oracle:
 the message ``Budget.parse`` gives, as written in ``sequant_eval/budget.py``."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ pytest.importorskip("pyscf")
 
 from pyscf import gto, scf  # noqa: E402
 
+import sequant_eval as se  # noqa: E402
 import sequant_eval.cli as cli  # noqa: E402
 from sequant_eval.budget import Budget  # noqa: E402
 from sequant_eval.chem import CCSD  # noqa: E402
@@ -38,6 +40,13 @@ def test_the_same_bad_budget_is_the_same_error_everywhere(bad, water, capsys, tm
     mycc = CCSD(water)
     with pytest.raises(BudgetError) as attribute:
         mycc.budget = bad
+    eqs, ext = se.parse("E = g{i_1;a_1} * t{a_1;i_1}"), {"i": 2, "a": 3}
+    for call in (lambda: se.Evaluator(eqs, ext, budget=bad),
+                 lambda: se.evaluate(eqs, {}, ext, budget=bad),
+                 lambda: se.analyze(eqs, ext, budget=bad)):
+        with pytest.raises(BudgetError) as api:
+            call()
+        assert str(api.value) == str(parsed.value)
     assert str(method.value) == str(parsed.value) == str(attribute.value)
     assert method.value.value == bad
     line = f"sequant-eval: error: --budget: {method.value}\n"
