@@ -7,8 +7,8 @@ from functools import lru_cache
 
 from .errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
                      SinkError, UnsupportedFeature)
-from .expr import Equation, check_extents, check_unique_results, parse
-from .expr.stages import equation_stages
+from .expr import Equation, check_extents
+from .expr.stages import as_equations as _as_equations, equation_stages
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .budget import Budget
@@ -20,23 +20,6 @@ from .schedule.analysis import term_peak
 from .schedule.budget import fit_forest, minimum_budget
 
 __all__ = ["Evaluator", "Report", "evaluate", "analyze", "min_budget", "resolve_policy"]
-
-
-def _as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, ...]:
-    if isinstance(eqs, str):
-        return tuple(parse(eqs))
-    if isinstance(eqs, Equation):
-        return (eqs,)
-    if not isinstance(eqs, Sequence) and not hasattr(eqs, "__iter__"):
-        raise InputTypeError(f"equations must be text, an Equation or a sequence of them, got "
-                             f"{type(eqs).__name__}")
-    out = tuple(eqs)
-    for e in out:
-        if not isinstance(e, Equation):
-            raise InputTypeError(f"expected Equation objects (from se.parse), got "
-                                 f"{type(e).__name__}")
-    check_unique_results(out)
-    return out
 
 
 def resolve_policy(budget, policy: BatchPolicy | None,
@@ -187,7 +170,7 @@ class Evaluator:
             raise UnsupportedFeature("equations evaluated in stages take plain extents "
                                      "(space -> int), not a Regime")
         self._staged = StagedEvaluator(self.equations, extents, budget, policy, persist,
-                                       volatile)
+                                       volatile, stage=Evaluator)
         self.extents = self._staged.extents
         self.persist = persist
         self.policy = policy
@@ -280,6 +263,18 @@ class Evaluator:
     def _unbatched_peak(self, itemsize: int) -> int:
         """The unbatched peak at ``itemsize``-byte elements (what a share is a share of)."""
         return _unbatched(self.forest, self.regime, itemsize).peak_bytes
+
+    def min_budget(self) -> int:
+        """The smallest budget (bytes) under which these equations can be evaluated batched
+        (``se.min_budget``): the policy's spaces and blocks (default: every space in both
+        roles), never its budget; the program's reserve included unless the policy says
+        the budget is for the arrays only."""
+        if self._staged is not None:
+            return self._staged.min_budget()
+        policy = replace(self.policy, budget=None) if self.policy is not None else \
+            BatchPolicy.everything(None, self.extents)
+        reserve = _reserve(self.forest, self.regime, policy.itemsize) if policy.program else 0
+        return minimum_budget(self.forest, self.regime, policy)[0] + reserve
 
     def plan(self) -> BatchPlan:
         """The batch plan under the policy in force (unbatched with none), each term's peak
@@ -544,10 +539,4 @@ def min_budget(eqs, extents: Mapping[str, int], policy: BatchPolicy | None = Non
     if policy is not None and not isinstance(policy, BatchPolicy):
         raise PolicyError(f"policy must be a se.BatchPolicy, got {type(policy).__name__} "
                           f"{policy!r}; a budget is not needed here")
-    ev = Evaluator(eqs, extents, policy=policy and replace(policy, budget=None))
-    if ev._staged is not None:
-        return ev._staged.min_budget()
-    policy = policy if policy is not None else BatchPolicy.everything(None, ev.extents)
-    policy.check(ev.regime)
-    reserve = _reserve(ev.forest, ev.regime, policy.itemsize) if policy.program else 0
-    return minimum_budget(ev.forest, ev.regime, policy)[0] + reserve
+    return Evaluator(eqs, extents, policy=policy and replace(policy, budget=None)).min_budget()

@@ -17,10 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
-from .api import Evaluator, Report, _as_equations
 from .errors import ExpressionError, InfeasibleBudget
 from .expr import Equation, check_extents
-from .expr.stages import equation_stages
+from .expr.stages import as_equations, equation_stages
 from .expr.index import mode_space
 from .forest.build import mode_extent
 from .plan import BatchPolicy
@@ -36,7 +35,7 @@ __all__ = ["StagedEvaluator", "StagedReport", "equation_stages"]
 class StagedReport:
     """The dry run of every stage, and the whole evaluation's figures."""
 
-    stages: tuple[Report, ...]
+    stages: tuple                      # per stage, its Report
     held_bytes: tuple[int, ...]        # per stage: results held across it for later stages
     names: tuple[tuple[str, ...], ...]  # per stage: the equations it evaluates
     held: tuple[tuple[tuple[str, int], ...], ...]  # per stage: (result, bytes) held across it
@@ -121,12 +120,15 @@ class StagedEvaluator:
     extent mapping: a Regime is not supported); ``budget`` (bytes, text, or a
     share of the whole evaluation's unbatched peak) bounds every stage's peak plus what is
     held across it. With ``persist=True`` the intermediates are volatile like the tensors
-    named in ``volatile`` (they are remade every evaluation)."""
+    named in ``volatile`` (they are remade every evaluation). ``stage`` makes the
+    evaluator of one stage (``sequant_eval.Evaluator``, which hands equations read in
+    stages to this class: ``se.Evaluator(factored, ...)`` is the way in)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
                  budget=None, policy: BatchPolicy | None = None, persist: bool = False,
-                 volatile: Sequence[str] | None = None) -> None:
-        self.equations = _as_equations(eqs)
+                 volatile: Sequence[str] | None = None, *, stage) -> None:
+        self._make = stage
+        self.equations = as_equations(eqs)
         self.extents = check_extents(extents)
         self.stage_equations = equation_stages(self.equations)
         names = {eq.name for eq in self.equations}
@@ -154,7 +156,7 @@ class StagedEvaluator:
         if given.share is not None:               # of the arrays; the programs on top
             parsed = given.bytes_for(self._unbatched_peak(), self._program_bytes())
         self.budget_bytes = None if parsed is None else float(parsed)
-        self._evaluators: list[Evaluator] | None = None
+        self._evaluators: list | None = None
 
     # ----------------------------------------------------------------- memory
     def result_bytes(self, name: str) -> int:
@@ -177,7 +179,7 @@ class StagedEvaluator:
         """Each stage's program reserve (all the stages' programs are held at once)."""
         if self._policy is not None and not self._policy.program:
             return [0] * len(self.stage_equations)
-        return [Evaluator(stage, self.extents).program_reserve()
+        return [self._make(stage, self.extents).program_reserve()
                 for stage in self.stage_equations]
 
     def _program_bytes(self) -> int:
@@ -187,12 +189,12 @@ class StagedEvaluator:
     def _unbatched_peak(self) -> int:
         totals = []
         for s, stage in enumerate(self.stage_equations):
-            peak = Evaluator(stage, self.extents).analyze().peak_bytes
+            peak = self._make(stage, self.extents).analyze().peak_bytes
             totals.append(peak + sum(b for _, b in self.held_across(s)))
         return max(totals)
 
     @property
-    def evaluators(self) -> list[Evaluator]:
+    def evaluators(self) -> list:
         """One Evaluator per stage, each planned under the budget less what is held across
         it (InfeasibleBudget, naming the stage, before any array is touched)."""
         if self._evaluators is None:
@@ -208,7 +210,7 @@ class StagedEvaluator:
                 policy = self._policy
                 if policy is not None and budget is not None:
                     policy = replace(policy, budget=budget)
-                ev = Evaluator(stage, self.extents, None if policy is not None else budget,
+                ev = self._make(stage, self.extents, None if policy is not None else budget,
                                policy, persist=self._persist, volatile=self._volatile)
                 try:
                     ev.batched                      # plan now: refuse before any work
@@ -232,11 +234,10 @@ class StagedEvaluator:
 
     def min_budget(self) -> int:
         """The smallest budget (bytes) under which every stage fits beside what it holds."""
-        from .api import min_budget
-
         policy = self._policy or BatchPolicy.everything(None, self.extents)
         reserves = self._reserves()            # min_budget charges each stage's own
-        return max(min_budget(stage, self.extents, replace(policy, budget=None))
+        return max(self._make(stage, self.extents, policy=replace(policy, budget=None))
+                   .min_budget()
                    + sum(b for _, b in self.held_across(s)) + sum(reserves) - reserves[s]
                    for s, stage in enumerate(self.stage_equations))
 

@@ -3,7 +3,8 @@ function-level included): no module imports a higher stage, and no two modules i
 each other, directly or round a circle.
 
 The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``runtime`` <
-``report`` < ``api`` (with the package's ``__init__``) < ``staged`` < ``chem`` < ``cli``.
+``report`` < ``staged`` (equations read in stages; its per-stage evaluator is handed in) <
+``api`` (with the package's ``__init__``) < ``chem`` < ``cli``.
 Bottom helpers (``errors``, ``units``, ``budget``, ``checkout``) may be imported from
 anywhere and import only each other.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import sequant_eval
 
 PACKAGE = Path(sequant_eval.__file__).resolve().parent
-ORDER = ["expr", "forest", "plan", "schedule", "runtime", "report", "api", "staged", "chem",
+ORDER = ["expr", "forest", "plan", "schedule", "runtime", "report", "staged", "api", "chem",
          "cli"]
 BOTTOM = {"errors", "units", "budget", "checkout"}
 

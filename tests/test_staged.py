@@ -12,7 +12,13 @@ from sequant_eval.errors import ExpressionError, InfeasibleBudget
 from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
-from sequant_eval.staged import StagedEvaluator, equation_stages
+from sequant_eval.staged import equation_stages, StagedEvaluator as _Staged
+
+
+def StagedEvaluator(*args, **kw):
+    """The staged evaluator with the package's per-stage Evaluator (as se.Evaluator
+    builds it for equations read in stages)."""
+    return _Staged(*args, stage=se.Evaluator, **kw)
 
 from tests.runtime.test_real_memory import _traced  # second evaluation, tracemalloc peak
 

@@ -110,7 +110,8 @@ class ResidualProgram:
 
     def _unbatched(self):
         if self.factored is not None and self.intermediates is not False:
-            return StagedEvaluator(self.factored, self.extents, None, volatile=VOLATILE)
+            return StagedEvaluator(self.factored, self.extents, None, volatile=VOLATILE,
+                                   stage=Evaluator)
         self.equations = self.plain
         return Evaluator(self.plain, self.extents)
 
@@ -119,7 +120,7 @@ class ResidualProgram:
         if self.factored is not None and self.intermediates is not False:
             try:
                 ev = StagedEvaluator(self.factored, self.extents, budget,
-                                     volatile=VOLATILE, persist=True)
+                                     volatile=VOLATILE, persist=True, stage=Evaluator)
                 ev.evaluators                 # plan now: refuse before the first residual
                 self.equations = self.factored
                 return ev

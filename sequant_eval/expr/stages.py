@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import ExpressionError
-from .terms import Equation
+from ..errors import ExpressionError, InputTypeError
+from .parser import parse
+from .terms import Equation, check_unique_results
 
-__all__ = ["equation_stages"]
+__all__ = ["equation_stages", "as_equations"]
 
 
 def equation_stages(equations: Sequence[Equation]) -> tuple[tuple[Equation, ...], ...]:
@@ -30,3 +31,21 @@ def equation_stages(equations: Sequence[Equation]) -> tuple[tuple[Equation, ...]
         depth(eq.name, ())
     count = 1 + max(level.values(), default=-1)
     return tuple(tuple(eq for eq in equations if level[eq.name] == s) for s in range(count))
+
+
+def as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, ...]:
+    """Equations from text, one Equation or a sequence of them (names checked unique)."""
+    if isinstance(eqs, str):
+        return tuple(parse(eqs))
+    if isinstance(eqs, Equation):
+        return (eqs,)
+    if not isinstance(eqs, Sequence) and not hasattr(eqs, "__iter__"):
+        raise InputTypeError(f"equations must be text, an Equation or a sequence of them, got "
+                             f"{type(eqs).__name__}")
+    out = tuple(eqs)
+    for e in out:
+        if not isinstance(e, Equation):
+            raise InputTypeError(f"expected Equation objects (from se.parse), got "
+                                 f"{type(e).__name__}")
+    check_unique_results(out)
+    return out

@@ -14,7 +14,13 @@ from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
 from sequant_eval.forest.values import ValueKind
-from sequant_eval.staged import StagedEvaluator
+from sequant_eval.staged import StagedEvaluator as _Staged
+
+
+def StagedEvaluator(*args, **kw):
+    """The staged evaluator with the package's per-stage Evaluator (as se.Evaluator
+    builds it for equations read in stages)."""
+    return _Staged(*args, stage=se.Evaluator, **kw)
 
 from tests.expr.test_spintrace import O, V, _blocks, _spatial_tensors
 
