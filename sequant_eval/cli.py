@@ -417,8 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--basis", default="cc-pvdz")
     p.add_argument("--charge", type=int, default=0)
     p.add_argument("--frozen", default="0", metavar="N|LIST",
-                   help="leave the N lowest orbitals uncorrelated, or the orbitals listed "
-                        "(0,1,12)")
+                   help="PySCF's frozen: leave the N lowest spatial orbitals uncorrelated "
+                        "(of each spin for UHF/ROHF, as pyscf.cc.UCCSD(frozen=N)), or the "
+                        "spatial orbitals listed (0,1,12)")
     p.add_argument("--conv-tol", type=float, default=1e-7,
                    help="energy change threshold (PySCF's default, 1e-7)")
     p.add_argument("--conv-tol-normt", type=float, default=1e-5,

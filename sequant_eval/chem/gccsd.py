@@ -22,8 +22,10 @@ __all__ = ["GCCSD", "residual_function"]
 
 class GCCSD(CoupledCluster):
     """Spin-orbital CCSD (PySCF's ``GCCSD``) on any converged SCF (RHF, UHF, ROHF, GHF);
-    the options are :class:`~sequant_eval.chem.cc.CoupledCluster`'s. ``frozen`` counts
-    spatial orbitals for an RHF, spin orbitals for any other reference (as GCCSD)."""
+    the options are :class:`~sequant_eval.chem.cc.CoupledCluster`'s. ``frozen`` is
+    PySCF's: spatial orbitals per spin for an RHF, UHF or ROHF (``frozen=N`` freezes the N
+    lowest orbitals of each spin, as ``pyscf.cc.UCCSD(frozen=N)``; a list of spatial
+    indices, or ``[alpha, beta]`` lists), spin orbitals for a GHF (as ``GCCSD``)."""
 
     method = "CCSD"
     spin_orbital = True

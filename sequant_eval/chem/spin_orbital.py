@@ -14,18 +14,20 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, ShapeMismatch, UnsupportedFeature
 
-from .integrals import (FockBlocks, SCFNotConverged, SpinOrbitalIntegrals, _sub_block,
-                        active_orbitals, density_fitted)
+from .integrals import (FockBlocks, SCFNotConverged, SpinOrbitalIntegrals, _frozen_indices,
+                        _sub_block, active_orbitals, density_fitted)
 
-__all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals"]
+__all__ = ["GeneralSpinOrbitalIntegrals", "spin_orbital_integrals", "spin_orbitals_of_frozen"]
 
 
 def spin_orbital_integrals(mf: Any, frozen: Any = 0):
     """Spin-orbital integral blocks of ``mf``.
 
-    ``frozen`` (a number of lowest orbitals, or a list of orbital indices) counts spatial
-    orbitals for an RHF (``2N`` spin orbitals, as closed-shell CCSD), spin orbitals for any
-    other reference (as ``pyscf.cc.GCCSD``).
+    ``frozen`` is PySCF's for the reference: for an RHF, UHF or ROHF it counts spatial
+    orbitals *per spin* (``frozen=N``: the ``N`` lowest orbitals of each spin, ``2N`` spin
+    orbitals, as ``pyscf.cc.CCSD`` / ``pyscf.cc.UCCSD(frozen=N)``); a list names spatial
+    orbital indices frozen in both spins, a pair of lists ``[alpha, beta]`` each spin's (as
+    ``UCCSD``). For a GHF it counts spin orbitals (as ``pyscf.cc.GCCSD``).
     """
     if not getattr(mf, "converged", False) or getattr(mf, "mo_coeff", None) is None:
         raise SCFNotConverged(f"the {type(mf).__name__} calculation did not converge; "
@@ -42,8 +44,41 @@ def spin_orbital_integrals(mf: Any, frozen: Any = 0):
     return GeneralSpinOrbitalIntegrals(mf, frozen)
 
 
+def _per_spin_lists(frozen: Any) -> tuple[Any, Any] | None:
+    """``(alpha, beta)`` when ``frozen`` is a pair of index lists (UCCSD's form), else None."""
+    if not isinstance(frozen, (list, tuple)) or len(frozen) != 2:
+        return None
+    if all(isinstance(x, (list, tuple, range, np.ndarray)) for x in frozen):
+        return frozen[0], frozen[1]
+    return None
+
+
+def spin_orbitals_of_frozen(frozen: Any, ghf: Any) -> tuple[int, ...]:
+    """PySCF ``UCCSD``'s ``frozen`` (spatial orbitals per spin: a count ``N``, a list of
+    indices for both spins, or ``[alpha, beta]`` lists) as the indices of the spin
+    orbitals of ``ghf``, a GHF converted from a UHF or ROHF (``convert_to_ghf``, whose
+    ``mo_coeff.orbspin`` says the spin of each orbital; the orbitals of one spin keep their
+    spatial order)."""
+    orbspin = np.asarray(ghf.mo_coeff.orbspin)
+    occupied = np.asarray(ghf.mo_occ) > 0
+    by_spin = [np.flatnonzero(orbspin == s) for s in (0, 1)]
+    nmo = by_spin[0].size
+    nocc = [int(np.count_nonzero(occupied[idx])) for idx in by_spin]
+    pair = _per_spin_lists(frozen)
+    if pair is None:
+        same = _frozen_indices(frozen, max(nocc), nmo)
+        pair = (same, same)
+    out = []
+    for s, spatial in enumerate(pair):
+        out += [int(by_spin[s][p]) for p in _frozen_indices(list(spatial), nocc[s], nmo)]
+    return tuple(sorted(out))
+
+
 class GeneralSpinOrbitalIntegrals(FockBlocks):
     """``f`` and ``<pq||rs>`` blocks over the spin orbitals of a (converted) GHF.
+
+    ``frozen`` counts spatial orbitals per spin for a UHF or ROHF ``mf`` (PySCF ``UCCSD``'s
+    meaning, :func:`spin_orbitals_of_frozen`), spin orbitals for a GHF (``GCCSD``'s).
 
     Attributes: ``nocc``, ``nvir`` (active spin orbitals), ``frozen`` (the frozen spin
     orbitals' indices), ``nfrozen``, ``e_hf``, ``extents``, ``scf`` (the converted GHF object).
@@ -58,6 +93,8 @@ class GeneralSpinOrbitalIntegrals(FockBlocks):
         if np.iscomplexobj(mo):
             raise UnsupportedFeature("complex GHF orbitals are not supported")
         occ_idx = np.asarray(ghf.mo_occ)
+        if ghf is not mf:                        # UHF / ROHF: PySCF counts per spin
+            frozen = list(spin_orbitals_of_frozen(frozen, ghf))
         occ, vir, self.frozen = active_orbitals(frozen, occ_idx)
         self.scf, self.nfrozen, self.e_hf = ghf, len(self.frozen), e_tot
         self.nocc, self.nvir = occ.size, vir.size

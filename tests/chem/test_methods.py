@@ -103,11 +103,17 @@ def test_frozen_orbital_lists_equal_pyscf(water, frozen):
 
 
 def test_frozen_list_on_the_spin_orbital_path(radical):
-    """Oracle: PySCF GCCSD on the UHF's GHF with the same spin orbitals frozen."""
-    ghf = scf.addons.convert_to_ghf(radical)
-    ref = _pyscf(ghf, [0, 1], cls=cc.GCCSD)
+    """A UHF's ``frozen`` list names spatial orbitals of both spins (oracle: PySCF
+    ``UCCSD(frozen=[0, 1])``); a GHF's names spin orbitals (oracle: PySCF ``GCCSD`` on the
+    UHF's GHF with the same spin orbitals frozen)."""
+    ref = _pyscf(radical, [0, 1], cls=cc.UCCSD)
     ours = CCSD(radical, frozen=[0, 1], **TIGHT).run()
     assert type(ours) is GCCSD and abs(ours.e_corr - ref.e_corr) < 1e-9
+    assert ours.integrals.frozen == (0, 1, 2, 3)
+    ghf = scf.addons.convert_to_ghf(radical)
+    ref = _pyscf(ghf, [0, 1], cls=cc.GCCSD)
+    ours = CCSD(ghf, frozen=[0, 1], **TIGHT).run()
+    assert abs(ours.e_corr - ref.e_corr) < 1e-9
 
 
 def test_frozen_set_after_construction(water):
