@@ -25,6 +25,9 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatch",
     "TruncatedInput",
+    "StorageError",
+    "OptionError",
+    "ClosedError",
 ]
 
 
@@ -171,3 +174,26 @@ class TruncatedInput(MissingTensor):
     """A file-backed input (an HDF5 dataset, a memory map) whose file on disk no longer
     holds all of its data: the file was truncated after it was opened, so a read would
     return zeros (HDF5) or kill the process (a memory map). Names the tensor and the file."""
+
+
+class StorageError(SequantEvalError):
+    """A file the package writes or reads on the user's behalf (an integral file, the
+    amplitudes and DIIS vectors out of core, a checkpoint) could not be: the disk is full
+    (``ENOSPC``), the folder is read-only, the file vanished. ``path`` names the file (or
+    folder), ``errno`` the operating system's error number (None when unknown). The command
+    line exits with status 3 for it (an I/O failure, not a usage mistake)."""
+
+    def __init__(self, message: str, path=None, errno: int | None = None) -> None:
+        self.path = path
+        self.errno = errno
+        super().__init__(message)
+
+
+class OptionError(SequantEvalError, ValueError):
+    """A method option with a value it cannot take (``conv_tol=inf``, ``max_cycle=0``,
+    ``diis_space=-1``, a ``beam`` width that is not a positive integer). Names the option,
+    the value and what it may be."""
+
+
+class ClosedError(SequantEvalError):
+    """An object used after its ``close()``: its files are closed; make a new one."""
