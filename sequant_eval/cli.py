@@ -8,7 +8,13 @@
     sequant-eval snapshots [--update]                          schedule snapshots (schedules/)
 
 Every mistake (a missing file, a malformed budget, bad equation text) is one line on
-stderr and exit status 2; no traceback.
+stderr and exit status 2; no traceback. Exit statuses (``EXIT_CODES``):
+
+    0  done (ccsd: converged)
+    1  ccsd: not converged within --max-iter; regen-equations --check, snapshots: stale
+    2  a usage mistake or a refused input (bad flag, file, molecule, budget, option)
+    3  an I/O failure: a file the run writes could not be written (disk full, a
+       read-only folder for --integrals-on-disk, --chkfile or --json)
 """
 from __future__ import annotations
 
@@ -23,9 +29,17 @@ from importlib import import_module
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import InfeasibleBudget, ParseError, SequantEvalError, UsageError
+from .errors import InfeasibleBudget, ParseError, SequantEvalError, StorageError, UsageError
 
-__all__ = ["main"]
+__all__ = ["main", "EXIT_CODES"]
+
+#: The exit statuses of ``sequant-eval`` (also in ``--help``).
+EXIT_CODES = {0: "done (ccsd: converged)",
+              1: "ccsd: not converged; regen-equations --check, snapshots: stale",
+              2: "usage mistake or refused input",
+              3: "I/O failure (disk full, read-only folder)"}
+EXIT_USAGE, EXIT_IO = 2, 3
+_EPILOG = "exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,10 +126,13 @@ def _output(path: str | None, flag: str) -> None:
 
 
 def _write(path: str, flag: str, text: str) -> None:
+    """Write an output file; a failure (disk full, read-only folder) is a StorageError."""
+    from .chem.files import storage_error
+
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as err:
-        raise UsageError(f"{flag} {path}: cannot write it ({err.strerror or err})") from err
+        raise storage_error(f"{flag}", path, err) from err
 
 
 def _flag_budget(text: str | None, flag: str = "--budget"):
@@ -266,7 +283,7 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
         print(f"  peak RSS growth since SCF  {format_bytes(growth)} ({growth} B)")
     if args.json:
         data = dict(mycc.to_dict(), atom=atom, charge=args.charge, peak_rss_growth_bytes=growth)
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        _write(args.json, "--json", json.dumps(data, indent=1) + "\n")
     return 0 if mycc.converged else 1
 
 
@@ -360,7 +377,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         try:
             plot_report(memory, args.plot)
         except OSError as err:
-            raise UsageError(f"--plot {args.plot}: cannot write it ({err.strerror or err})") \
+            from .chem.files import storage_error
+
+            raise storage_error("--plot", args.plot, err) \
                 from err
     return 0
 
@@ -403,11 +422,11 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``sequant-eval`` command: parse ``argv`` and run a subcommand; returns the exit
     status."""
-    parser = _Parser(prog="sequant-eval", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="sequant-eval", description=__doc__.split("\n")[0], epilog=_EPILOG)
     parser.add_argument("--version", action="version", version=f"sequant-eval {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("ccsd", help="CCSD (or --method ccsdt) of a molecule with a memory "
-                                    "report")
+                                    "report", epilog=_EPILOG)
     p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsdt"],
                    help="ccsd (default) or ccsdt (spin-orbital equations on any reference)")
     p.add_argument("--molecule", default=None,
@@ -483,11 +502,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except InfeasibleBudget as err:
         print(f"sequant-eval: error: {_infeasible(err, args)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except StorageError as err:
+        print(f"sequant-eval: error: {_first_line(err)}", file=sys.stderr)
+        return EXIT_IO
     except SequantEvalError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"sequant-eval: error: {first}", file=sys.stderr)
-        return 2
+        print(f"sequant-eval: error: {_first_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:                     # an I/O failure no layer named: still one line
+        print(f"sequant-eval: error: I/O failure: {_first_line(err)}", file=sys.stderr)
+        return EXIT_IO
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _infeasible(err: InfeasibleBudget, args: argparse.Namespace) -> str:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..budget import Budget
-from ..errors import InputTypeError, SequantEvalError, UnsupportedFeature, UsageError
+from ..errors import (ClosedError, InputTypeError, OptionError, SequantEvalError,
+                      StorageError, UnsupportedFeature, UsageError)
 from ..units import format_bytes
 from .program import MemoryLimit, ResidualProgram, infeasible_iteration
 from .solve import Solve
@@ -66,6 +67,33 @@ def verbosity(verbose: Any):
     finally:
         log.removeHandler(handler)
         log.setLevel(old)
+
+
+def require_mean_field(mf: Any) -> None:
+    """Refuse (InputTypeError) an ``mf`` that is not a PySCF SCF object (a dict, None, a
+    molecule): it has no ``istype`` method and no ``mol``."""
+    if not callable(getattr(mf, "istype", None)) or getattr(mf, "mol", None) is None:
+        raise InputTypeError(
+            f"mf must be a PySCF SCF object (e.g. pyscf.scf.RHF(mol).run()), got "
+            f"{type(mf).__name__}: it is not a PySCF SCF object")
+
+
+def check_run_options(cc: Any) -> None:
+    """Refuse (OptionError) convergence options a solve cannot honour: ``conv_tol`` and
+    ``conv_tol_normt`` must be positive finite numbers, ``max_cycle`` an integer >= 1
+    (0 would return the guess, unconverged), ``diis_space`` an integer >= 0."""
+    for name in ("conv_tol", "conv_tol_normt"):
+        value = getattr(cc, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                             np.integer)) \
+                or not 0 < float(value) < float("inf"):
+            raise OptionError(f"{name}={value!r}: give a positive finite number (PySCF's "
+                              f"default {getattr(CoupledCluster, name)})")
+    for name, least in (("max_cycle", 1), ("diis_space", 0)):
+        value = getattr(cc, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise OptionError(f"{name}={value!r}: give an integer >= {least} (PySCF's "
+                              f"default {getattr(CoupledCluster, name)})")
 
 
 class CoupledCluster:
@@ -148,8 +176,10 @@ class CoupledCluster:
 
     def __init__(self, mf: Any, frozen: Any = 0, *, budget: Any = None,
                  max_memory: float | None = None, storage: Any = None, **options: Any) -> None:
+        require_mean_field(mf)
         self.mf = mf
         self._integrals = self._program = None
+        self._closed = False
         self._frozen = frozen
         self.budget = budget
         self.max_memory = getattr(mf, "max_memory", None) if max_memory is None else max_memory
@@ -281,17 +311,21 @@ class CoupledCluster:
     def integrals(self):
         """The integral blocks the residual reads (in memory, or an ``IntegralFile``)."""
         if self._integrals is None:
-            ints = self.mean_field_integrals()
-            if self.out_of_core:
-                limit = self._limit(ints)
-                total = limit.iteration_bytes(self.plain_equations(), ints.extents)
-                if total is not None and total <= limit.held:  # refused before any write
-                    raise infeasible_iteration(self.plain_equations(), ints.extents, total,
-                                               0.0, limit.held)
-                ints = self.storage.integrals(ints, self.plain_equations(),
-                                              self.disk_tensors, total)
-            self._integrals = ints
+            with self._io_faults():
+                self._integrals = self._integrals_of(self.mean_field_integrals())
         return self._integrals
+
+    def _integrals_of(self, ints):
+        """``ints`` where the storage puts them (out of core: written to, or reused from, a
+        file)."""
+        if not self.out_of_core:
+            return ints
+        limit = self._limit(ints)
+        total = limit.iteration_bytes(self.plain_equations(), ints.extents)
+        if total is not None and total <= limit.held:      # refused before any write
+            raise infeasible_iteration(self.plain_equations(), ints.extents, total, 0.0,
+                                       limit.held)
+        return self.storage.integrals(ints, self.plain_equations(), self.disk_tensors, total)
 
     def _limit(self, ints) -> MemoryLimit:
         return MemoryLimit(self.budget, Budget.megabytes(self.max_memory),
@@ -378,8 +412,28 @@ class CoupledCluster:
         return self
 
     def _solve(self, given: dict[str, Any]) -> None:
-        with verbosity(self.verbose):
+        if self._closed:
+            raise ClosedError(f"{type(self).__name__} was closed (close() closed its integral "
+                              f"file {getattr(self._integrals, 'path', '')}); make a new "
+                              f"{type(self).__name__}(mf, ...) to run again (the file is "
+                              "reused)")
+        check_run_options(self)
+        with verbosity(self.verbose), self._io_faults():
             Solve(self, {k: v for k, v in given.items() if v is not None}).run()
+
+    @contextmanager
+    def _io_faults(self):
+        """An ``OSError`` while the method's files are written or read (disk full, a
+        read-only folder) as a :class:`~sequant_eval.errors.StorageError` naming the file."""
+        from .files import storage_error
+
+        try:
+            yield
+        except StorageError:
+            raise
+        except OSError as err:
+            where = getattr(err, "filename", None) or self.chkfile or self.integrals_on_disk
+            raise storage_error(f"{self.method}", where or "(unknown file)", err) from err
 
     # ------------------------------------------------------------------ results
     @property
@@ -427,6 +481,7 @@ class CoupledCluster:
         """Close the integral file (out of core); the file stays for a later run."""
         if self.out_of_core and self._integrals is not None:
             self._integrals.close()
+            self._closed = True
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({type(self.mf).__name__}, frozen={self.frozen!r}, "

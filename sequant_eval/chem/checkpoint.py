@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import CheckpointError, CheckpointMismatch
 from .diis import slabs
+from .files import discard, storage_error
 from .solver import IterationRecord, SolverState
 
 __all__ = ["Fingerprint", "Phases", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE"]
@@ -218,9 +219,8 @@ def write_checkpoint(path: str | os.PathLike, fingerprint: Fingerprint,
                 state.diis.export(h5.create_group("diis"))
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"cannot write the checkpoint {path} ({err.strerror or err}); "
-                              "check the folder and free space") from err
+        discard(tmp)
+        raise storage_error("checkpoint", path, err) from err
 
 
 def _copy_block(group: Any, name: str, block: Any) -> None:

@@ -241,7 +241,9 @@ class HDF5DIIS:
         """Close the file and remove it (the vectors are scratch)."""
         if self._file.id.valid:
             self._file.close()
-        self.path.unlink(missing_ok=True)
+        from .files import discard
+
+        discard(self.path)
 
 
 def slabs(shape: tuple[int, ...], elements: int):

@@ -119,6 +119,11 @@ def active_orbitals(frozen: Any, mo_occ: Any) -> tuple[np.ndarray, np.ndarray, t
     (``UnsupportedFeature``) unless at least one occupied and one virtual stay active."""
     occ_mask = np.asarray(mo_occ) > 0
     nmo, nocc = occ_mask.size, int(np.count_nonzero(occ_mask))
+    if nocc in (0, nmo):
+        raise UnsupportedFeature(
+            f"the reference has no {'virtual' if nocc else 'occupied'} orbitals ({nocc} of "
+            f"its {nmo} orbitals are occupied): there is nothing to correlate"
+            + ("; use a larger basis set" if nocc else ""))
     gone = _frozen_indices(frozen, nocc, nmo)
     keep = np.ones(nmo, dtype=bool)
     keep[list(gone)] = False

@@ -146,15 +146,17 @@ def read_xyz(path: str) -> str:
     from pathlib import Path
 
     p = Path(path)
+    if p.is_dir():
+        raise BadGeometry(f"--xyz {path}: is a directory; give an XYZ file")
     if not p.is_file():
         raise BadGeometry(f"--xyz {path}: no such file")
     lines = [ln.strip() for ln in p.read_text(encoding="utf-8", errors="replace").splitlines()]
     if lines and lines[0].isdigit():
         count, lines = int(lines[0]), lines[2:]
-        atoms = [ln for ln in lines if ln][:count]
+        atoms = [ln for ln in lines if ln]
         if len(atoms) != count:
-            raise BadGeometry(f"{path}: the header announces {count} atoms, the file has "
-                              f"{len(atoms)}")
+            raise BadGeometry(f"{path}: the count line announces {count} atoms, the file "
+                              f"has {len(atoms)} atom lines; correct the count line")
         return "; ".join(atoms)
     return "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
 
@@ -188,13 +190,51 @@ def _electrons(mol) -> int:
         raise BadGeometry("no atoms given: write them as \"O 0 0 0.117; H 0 0.757 -0.469; ...\"")
     try:
         atoms = mol.format_atom(mol.atom, unit=mol.unit)
-        n = sum(nuclear_charge(a[0]) for a in atoms) - mol.charge
     except Exception as exc:
+        unknown = str(exc).partition("Unsupported atom symbol")[2].strip()
+        if unknown:
+            raise BadGeometry(f"unknown element {unknown.split()[0]!r} in the atoms "
+                              f"{mol.atom!r}; write element symbols such as H, C, O") from exc
         raise BadGeometry(f"PySCF cannot read the atoms {mol.atom!r}: {exc}") from exc
+    written = _symbols_written(mol.atom, len(atoms))
+    charges = []
+    for (symbol, _), raw in zip(atoms, written):
+        z = _nuclear_charge(symbol, nuclear_charge)
+        if z <= 0 and not _is_ghost(symbol, nuclear_charge):
+            raise BadGeometry(f"unknown element {raw!r} in the atoms {mol.atom!r}; write "
+                              "element symbols such as H, C, O (ghost atoms as X-H)")
+        charges.append(max(z, 0))
+    n = sum(charges) - mol.charge
     if n <= 0:
         raise BadGeometry(f"charge {mol.charge} leaves {n} electrons in {mol.atom!r}; give a "
                           "smaller --charge or known element symbols")
     return n
+
+
+def _symbols_written(atom, count: int) -> list[str]:
+    """The element symbols as the user wrote them (for messages), else PySCF's."""
+    if isinstance(atom, str):
+        parts = [p.split()[0] for p in atom.replace(";", "\n").splitlines() if p.split()]
+        if len(parts) == count:
+            return parts
+    return [str(a[0]) if not isinstance(a, str) else a.split()[0] for a in atom] \
+        if not isinstance(atom, str) and len(atom) == count else ["?"] * count
+
+
+def _nuclear_charge(symbol: str, nuclear_charge) -> int:
+    try:
+        return int(nuclear_charge(symbol))
+    except (KeyError, ValueError, TypeError):
+        return -1
+
+
+def _is_ghost(symbol: str, nuclear_charge) -> bool:
+    """A ghost atom of a known element (PySCF's ``X-H``, ``ghost-H``)."""
+    upper = symbol.upper()
+    for prefix in ("X-", "GHOST-", "GHOST_"):
+        if upper.startswith(prefix):
+            return _nuclear_charge(symbol[len(prefix):], nuclear_charge) > 0
+    return False
 
 
 def mean_field(mol, conv_tol: float = 1e-10):

@@ -26,6 +26,7 @@ import numpy as np
 
 from sequant_eval.errors import MissingTensor, SequantEvalError, UsageError
 
+from .files import discard, storage_error
 from .integrals import _sub_block
 from .process_memory import release_free_memory
 from .diis import slabs
@@ -116,7 +117,9 @@ class IntegralFile:
         Raises
         ------
         UsageError
-            ``directory`` does not exist or cannot be written, or the disk is full.
+            ``directory`` does not exist.
+        StorageError
+            ``directory`` cannot be written (read-only) or the disk is full.
         """
         import h5py
 
@@ -153,10 +156,8 @@ class IntegralFile:
             os.replace(partial, path)
             release_free_memory()
         except OSError as err:
-            partial.unlink(missing_ok=True)
-            raise UsageError(f"integrals on disk: cannot write {path} "
-                             f"({err.strerror or err}); check the folder and free space "
-                             f"(`df -h {folder}`)") from err
+            discard(partial)
+            raise storage_error("integrals on disk", partial, err) from err
         return cls(path, ints, fock, h5py.File(path, "r"), reused=False)
 
     # ------------------------------------------------------------------ providers
@@ -236,8 +237,7 @@ class AmplitudeFile:
         try:
             self._h5 = h5py.File(self.path, "w")
         except OSError as err:
-            raise UsageError(f"amplitudes on disk: cannot create {self.path} "
-                             f"({err.strerror or err}); check the folder") from err
+            raise storage_error("amplitudes on disk", self.path, err) from err
         self.t2 = self._h5.create_dataset("t2", shape=t2_shape, dtype=np.float64)
         self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
             if exchange else None
@@ -266,4 +266,4 @@ class AmplitudeFile:
         """Close the file and remove it."""
         if self._h5.id.valid:
             self._h5.close()
-        self.path.unlink(missing_ok=True)
+        discard(self.path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UnsupportedFeature
+from .cc import require_mean_field
 from .gccsd import GCCSD
 from .rccsd import CLOSED_SHELL_SYMMETRIES, EXCHANGE_FOLDS, RCCSD
 
@@ -50,6 +51,7 @@ def CCSD(mf: Any, frozen: Any = 0, spin_orbital: bool | None = None,
     closed-shell RHF, :class:`GCCSD` for any other reference or with
     ``spin_orbital=True``; ``options`` are the class's
     (:class:`~sequant_eval.chem.cc.CoupledCluster`)."""
+    require_mean_field(mf)
     kind = reference_kind(mf)
     if spin_orbital is False and kind != "RHF":
         raise UnsupportedFeature(

@@ -117,8 +117,14 @@ class _DiskSession:
         self.amplitudes = AmplitudeFile(scratch.format("amplitudes"),
                                         (ints.nvir,) * 2 + (ints.nocc,) * 2, self.chunk,
                                         exchange=exchange)
-        self.diis = None if diis_space < 2 else HDF5DIIS(scratch.format("diis"),
-                                                          diis_space, self.chunk)
+        try:
+            self.diis = None if diis_space < 2 else HDF5DIIS(scratch.format("diis"),
+                                                              diis_space, self.chunk)
+        except OSError as err:
+            self.amplitudes.close()
+            from .files import storage_error
+
+            raise storage_error("DIIS vectors on disk", scratch.format("diis"), err) from err
         self.options = {"in_place": True, "slab_elements": self.chunk}
 
     def guess(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ import opt_einsum
 
 from .index import Index, check_extents, mode_space
 from .merge_search import HOLDER, plan_terms, search
-from ..errors import InputTypeError, UnknownSpace
+from ..errors import InputTypeError, PolicyError, UnknownSpace
 from .spintrace import _canonical_factors, _symmetric_spellings
 from .terms import Equation, Product, Tensor, index_counts
 
@@ -59,6 +59,18 @@ class _Candidate:
     interface: tuple[Index, ...]    # W's indices as this term labels them
     own: int = 0                    # flops of the whole term in its best order
     build: int = 0                  # flops of X in its best order (into W's layout)
+
+
+def _beam_width(beam: object) -> int:
+    """``beam`` checked: an integer >= 1 (InputTypeError for another type, PolicyError for
+    0 or less)."""
+    if isinstance(beam, bool) or not hasattr(beam, "__index__"):
+        raise InputTypeError(f"factor_common: beam must be an integer >= 1 (the search "
+                             f"width; 1 is greedy), got {type(beam).__name__} {beam!r}")
+    if beam.__index__() < 1:
+        raise PolicyError(f"factor_common: beam={beam} must be >= 1 (the search width; 1 is "
+                          "greedy, 8 the default)")
+    return beam.__index__()
 
 
 def factor_common(equations: str | Equation | Sequence[Equation], extents: Mapping[str, int], *,
@@ -97,6 +109,7 @@ def factor_common(equations: str | Equation | Sequence[Equation], extents: Mappi
     The intermediates (each before the first equation that reads it), then ``equations``
     in their order, rewritten.
     """
+    beam = _beam_width(beam)
     equations = _equations(equations)
     extents = check_extents(extents)
     for eq in equations:
@@ -112,7 +125,7 @@ def factor_common(equations: str | Equation | Sequence[Equation], extents: Mappi
         t.name for eq in equations for p in eq.terms for t in p.factors}
     state = _State(extents, prefix, taken, frozenset(symmetric) | frozenset(real) |
                    frozenset(hermitian), frozenset(real), frozenset(hermitian),
-                   frozenset(mirrored), max(1, int(beam)))
+                   frozenset(mirrored), beam)
     rewritten = [state.factor(eq) for eq in equations]
     return tuple(state.ordered()) + tuple(rewritten)
 
