@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     p.add_argument("--time-limit", type=float, default=480.0, help="seconds (default 480)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    from sequant_eval.runtime import gpu_available
+    from sequant_eval.runtime.gpu import gpu_available
 
     if not gpu_available():
         print("no GPU (CuPy or a CUDA device missing): nothing to check here")

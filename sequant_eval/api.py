@@ -157,6 +157,7 @@ class Evaluator:
                               "change between evaluations: name them, e.g. "
                               "volatile=('t1', 't2')")
         self._programs: dict[tuple, object] = {}   # (element size, sinks) → fitted program
+        self._placed: dict = {}                    # program → the same placed for a GPU
         self._itemsize = (self.policy or BatchPolicy()).itemsize
         self._fingerprints: dict[str, tuple] | None = None
         self._unbatched_flops: int | None = None
@@ -299,7 +300,7 @@ class Evaluator:
 
         With ``client`` (a ``distributed.Client``; default: the evaluator's own) the batches
         of the outermost loops run as Dask tasks on its workers, the rest on the client
-        (``runtime/cluster.py``); the meter is then a ``ClusterMeter``, and
+        (``runtime/cluster/``); the meter is then a ``ClusterMeter``, and
         ``trace_tasks=True`` has every task measure its allocations with tracemalloc."""
         client = client if client is not None else self.client
         if self._staged is not None:
@@ -325,12 +326,25 @@ class Evaluator:
         if self.persist:
             self._check_kept(program, tensors)
         try:
-            results, meter = program.run(backend, source, gpu_budget=self.gpu_budget,
-                                         sinks=sinks)
+            results, meter = self._run(program, backend, source, sinks)
         finally:
             source.release()          # the inputs are not held past the evaluation
         self.last_meter = meter
         return (results, meter) if return_meter else results
+
+    def _run(self, program, backend: str, source, sinks):
+        """One evaluation of ``program``: on this device (numpy, dryrun, array_api_strict),
+        or on the host and a GPU (cupy; auto where a GPU is present) through the GPU layer,
+        which only such a run imports."""
+        if backend in ("cupy", "auto"):
+            from .runtime.gpu import Placed, gpu_available
+
+            if backend == "cupy" or gpu_available():
+                if program not in self._placed:
+                    self._placed[program] = Placed(program)
+                return self._placed[program].run(source, self.gpu_budget, sinks)
+            backend = "numpy"
+        return program.run(backend, source, sinks)
 
     def _sinks(self, out, dtype) -> dict:
         """``out`` checked against the results and made into sinks (before any work)."""
@@ -354,7 +368,7 @@ class Evaluator:
 
     def _evaluate_on(self, client, tensors, backend: str, return_meter: bool, trace: bool):
         from .report.progress import Progress
-        from .runtime.cluster import cluster_shape, run_on_cluster
+        from .runtime.cluster.run import cluster_shape, run_on_cluster
 
         cluster_shape(client)                 # refuses a missing dask or a wrong client
         if backend != "numpy":
@@ -380,7 +394,7 @@ class Evaluator:
 
     def _partition(self):
         """The fitted schedule cut into client work and per-batch tasks (made once)."""
-        from .runtime.partition import partition_schedule
+        from .runtime.cluster.partition import partition_schedule
 
         if self._itemsize not in self._partitions:
             self._partitions[self._itemsize] = partition_schedule(self.batched.analysis)
@@ -408,7 +422,7 @@ class Evaluator:
                                          "equations run in stages: analyze without workers")
             return self._staged.analyze()
         if client is not None:
-            from .runtime.cluster import cluster_shape
+            from .runtime.cluster.run import cluster_shape
 
             workers, threads_per_worker = cluster_shape(client)
         a = self.batched.analysis
@@ -421,7 +435,7 @@ class Evaluator:
             unbatched = self._unbatched_flops
         cluster = None
         if workers is not None:
-            from .runtime.cluster_plan import plan_cluster
+            from .runtime.cluster.plan import plan_cluster
 
             if int(workers) < 1 or int(threads_per_worker) < 1:
                 raise DistributedError(f"workers and threads_per_worker must be at least 1, "

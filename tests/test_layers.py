@@ -2,22 +2,31 @@
 function-level included): no module imports a higher stage, and no two modules import
 each other, directly or round a circle.
 
-The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``runtime`` <
-``report`` < ``staged`` (equations read in stages; its per-stage evaluator is handed in) <
-``api`` (with the package's ``__init__``) < ``chem`` < ``cli``.
+The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``runtime``
+(the CPU core) < ``runtime.gpu`` and ``runtime.cluster`` (side by side: neither imports the
+other) < ``report`` < ``staged`` (equations read in stages; its per-stage evaluator is
+handed in) < ``api`` (with the package's ``__init__``) < ``chem`` < ``cli``.
 Bottom helpers (``errors``, ``units``, ``budget``, ``checkout``) may be imported from
 anywhere and import only each other.
+
+And at run time: the CPU path (a batched NumPy evaluation, a dry run, an analysis) loads
+no module of the GPU layer or the Dask layer (a fresh process's ``sys.modules``).
 """
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import sequant_eval
 
 PACKAGE = Path(sequant_eval.__file__).resolve().parent
-ORDER = ["expr", "forest", "plan", "schedule", "runtime", "report", "staged", "api", "chem",
-         "cli"]
+ORDER = [{"expr"}, {"forest"}, {"plan"}, {"schedule"}, {"runtime"},
+         {"runtime.gpu", "runtime.cluster"}, {"report"}, {"staged"}, {"api"}, {"chem"},
+         {"cli"}]
+PARTS = set().union(*ORDER)
 BOTTOM = {"errors", "units", "budget", "checkout"}
 
 # Circles accepted for now (none): an entry here must name a circle that still exists (the
@@ -64,13 +73,23 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
+def _part(module: str) -> str:
+    """The part of the order a module belongs to: its longest dotted prefix (below the
+    package) that names one (``runtime.gpu.placed`` → ``runtime.gpu``)."""
+    parts = module.split(".")[1:]
+    if not parts:                        # the package's __init__: the API's face
+        return "api"
+    if parts[0] in BOTTOM:
+        return "bottom"
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in PARTS:
+            return ".".join(parts[:k])
+    raise ValueError(f"{module} is in no part of the order")
+
+
 def _layer(module: str) -> int:
-    parts = module.split(".")
-    if len(parts) == 1:                  # the package's __init__: the API's face
-        return ORDER.index("api")
-    if parts[1] in BOTTOM:
-        return -1
-    return ORDER.index(parts[1])
+    part = _part(module)
+    return -1 if part == "bottom" else next(k for k, ps in enumerate(ORDER) if part in ps)
 
 
 def test_every_module_has_a_layer():
@@ -83,6 +102,59 @@ def test_no_import_runs_upward():
     upward = [f"{a} -> {b}" for a, deps in _graph().items() for b in sorted(deps)
               if _layer(b) > _layer(a) or (_layer(a) == -1 and _layer(b) != -1)]
     assert not upward, "imports running up the stage order:\n" + "\n".join(upward)
+
+
+def test_side_by_side_parts_import_neither_each_other():
+    """The GPU layer and the Dask layer each stand on the CPU core alone."""
+    across = [f"{a} -> {b}" for a, deps in _graph().items() for b in sorted(deps)
+              if _layer(a) == _layer(b) and _part(a) != _part(b)]
+    assert not across, "imports between side-by-side parts:\n" + "\n".join(across)
+
+
+CPU_PATH = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import sequant_eval as se
+
+    eqs = se.parse(
+        "R2{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2} + 1/2 g{a_1,a_2;a_3,a_4} * t2{a_3,a_4;i_1,i_2}"
+        " + P{a_1,a_2} * f{a_1;a_3} * t2{a_3,a_2;i_1,i_2}")
+    extents = {"i": 3, "a": 8}
+    rng = np.random.default_rng(0)
+    n = sum(extents.values())
+    tensors = {"f": rng.random((n, n)), "g": rng.random((n, n, n, n)),
+               "t2": {("a", "a", "i", "i"): rng.random((8, 8, 3, 3))}}
+    ev = se.Evaluator(eqs, extents, budget="40%")
+    out, meter = ev.evaluate(tensors, return_meter=True)
+    assert ev.batched.sched.loops, "the budget should batch"
+    assert np.allclose(out["R2"], se.evaluate(eqs, tensors, extents)["R2"], rtol=1e-12)
+    ev.batched.run("dryrun")
+    se.analyze(eqs, extents, budget="40%")
+    layers = ("sequant_eval.runtime.gpu", "sequant_eval.runtime.cluster")
+    print(sorted(m for m in sys.modules
+                 if m.startswith(layers) or m.split(".")[0] in ("cupy", "dask", "distributed")))
+""")
+
+
+def test_the_cpu_path_loads_neither_the_gpu_nor_the_dask_layer():
+    """A batched NumPy evaluation, the same evaluation unbatched, a dry run and an analysis in
+    a fresh process leave no module of ``runtime.gpu`` or ``runtime.cluster`` (nor CuPy,
+    Dask) in ``sys.modules``: the CPU path neither imports nor calls them."""
+    run = subprocess.run([sys.executable, "-c", CPU_PATH], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout
+
+
+def test_the_layer_check_sees_a_gpu_run_load_the_gpu_layer():
+    """Control for the test above: asking for backend='auto' (the GPU layer decides whether
+    there is a GPU) loads ``runtime.gpu``, so an empty list above is not a blind check."""
+    code = CPU_PATH.replace("ev.evaluate(tensors, return_meter=True)",
+                            "ev.evaluate(tensors, backend='auto', return_meter=True)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "sequant_eval.runtime.gpu" in run.stdout, run.stdout
 
 
 def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -136,3 +208,6 @@ def test_the_reader_sees_imports_as_they_are():
     g = _graph()
     assert "sequant_eval.schedule.ordered" in g["sequant_eval.schedule.boulevard"]
     assert "sequant_eval.units" in g["sequant_eval.plan.planner"]
+    assert "sequant_eval.runtime.graph" in g["sequant_eval.runtime.gpu.placement"]
+    assert _part("sequant_eval.runtime.cluster.run") == "runtime.cluster"
+    assert _part("sequant_eval.runtime.engine") == "runtime"

@@ -1,5 +1,5 @@
-"""Array backends behind the one executor: NumPy, any array-API namespace, CuPy, and the
-dry run (``dryrun.py``).
+"""Array backends behind the one executor: NumPy, any array-API namespace, and the dry run
+(``dryrun.py``); CuPy, the array-API path on a GPU, is the GPU layer's (``gpu/backend.py``).
 
 Every backend implements the same small set of operations the op graph uses. NumPy runs
 contractions as planned strided GEMMs (``kernels.py``); the array-API backend uses only
@@ -9,7 +9,6 @@ runs on the GPU. The dry run carries shapes only (sizes may be composite means).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import replace
 from math import prod
 
@@ -23,11 +22,11 @@ from .graph import Backend
 from .sources import LeafReader
 from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
-__all__ = ["NumpyBackend", "ArrayApiBackend", "CupyBackend", "DryRunBackend", "DryArray",
-           "get_backend", "gpu_available"]
+__all__ = ["NumpyBackend", "ArrayApiBackend", "DryRunBackend", "DryArray", "get_backend"]
 
 
-def _slices(index, ndim: int) -> tuple:
+def index_slices(index, ndim: int) -> tuple:
+    """A batch index (per axis ``(start, stop)`` or ``None`` for the whole axis) as slices."""
     return tuple(slice(None) if r is None else slice(r[0], r[1]) for r in index) if index \
         else (slice(None),) * ndim
 
@@ -67,7 +66,7 @@ class NumpyBackend(Backend):
     def take(self, block, index, shape):
         if isinstance(block, LeafReader):      # the batch's sub-block, read from the source
             return np.ascontiguousarray(block.read(index))
-        return np.ascontiguousarray(block[_slices(index, block.ndim)])
+        return np.ascontiguousarray(block[index_slices(index, block.ndim)])
 
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
@@ -139,11 +138,11 @@ class NumpyBackend(Backend):
         return target
 
     def scatter_(self, target, src, index):
-        target[_slices(index, target.ndim)] = src
+        target[index_slices(index, target.ndim)] = src
         return target
 
     def add_into_(self, target, src, index, perm, alpha: float):
-        view = target[_slices(index, target.ndim)] if any(r is not None for r in index) \
+        view = target[index_slices(index, target.ndim)] if any(r is not None for r in index) \
             else target                        # (a 0-d array indexed by () is a copy)
         self.accumulate_(view, src.transpose(perm), alpha)
         return target
@@ -182,7 +181,7 @@ class ArrayApiBackend(Backend):
     def take(self, block, index, shape):
         if isinstance(block, LeafReader):
             return self.xp.asarray(np.ascontiguousarray(block.read(index)), copy=True)
-        part = block[_slices(index, len(block.shape))]
+        part = block[index_slices(index, len(block.shape))]
         return self.xp.asarray(part, copy=True)
 
     def zeros(self, shape):
@@ -227,7 +226,7 @@ class ArrayApiBackend(Backend):
         return target
 
     def scatter_(self, target, src, index):
-        target[_slices(index, len(target.shape))] = src
+        target[index_slices(index, len(target.shape))] = src
         return target
 
     def add_into_(self, target, src, index, perm, alpha: float):
@@ -235,7 +234,7 @@ class ArrayApiBackend(Backend):
         if not any(r is not None for r in index):
             target += add
             return target
-        at = _slices(index, len(target.shape))
+        at = index_slices(index, len(target.shape))
         target[at] = target[at] + add
         return target
 
@@ -252,82 +251,9 @@ class ArrayApiBackend(Backend):
         return prod(x.shape) * self.dtype.itemsize
 
 
-class CupyBackend(ArrayApiBackend):
-    """CuPy on the GPU: one stream per evaluation (``session``); host↔device only at copy
-    nodes and leaf reads, both ordered on that stream; the memory pool limited to
-    ``pool_limit`` bytes (beyond what it already holds) during an evaluation."""
-
-    def __init__(self) -> None:
-        import cupy
-
-        super().__init__(cupy, "cupy")
-        self.cupy = cupy
-        self.pool = cupy.get_default_memory_pool()
-        self.pool_limit = float("inf")
-
-    @contextmanager
-    def session(self):
-        """The evaluation's stream, current for this thread while it runs; the caller's
-        current stream (and the pool's limit) are restored afterwards, the stream drained."""
-        old_limit = self.pool.get_limit()
-        if self.pool_limit != float("inf"):
-            self.pool.set_limit(size=self.pool.used_bytes() + int(self.pool_limit))
-        stream = self.cupy.cuda.Stream(non_blocking=True)
-        try:
-            with stream:                       # restores the previous current stream
-                try:
-                    yield stream
-                finally:
-                    stream.synchronize()
-        finally:
-            self.pool.set_limit(size=old_limit)
-
-    def take(self, block, index, shape):
-        if isinstance(block, self.cupy.ndarray):
-            return block[_slices(index, block.ndim)].copy()
-        part = block.read(index) if isinstance(block, LeafReader) else \
-            block[_slices(index, len(block.shape))]
-        return self.from_host(part)
-
-    def to_host(self, x):
-        """Device → host on the current stream, waited for (the host reads it next)."""
-        stream = self.cupy.cuda.get_current_stream()
-        out = x.get(stream=stream)
-        stream.synchronize()
-        return out
-
-    def from_host(self, x):
-        """Host → device, ordered on the current stream (not the legacy default one, which
-        a non-blocking stream does not wait for)."""
-        x = np.ascontiguousarray(x)
-        out = self.cupy.empty(x.shape, x.dtype)
-        out.set(x, stream=self.cupy.cuda.get_current_stream())
-        return out
-
-    def nbytes(self, x) -> int:
-        return int(x.nbytes)
-
-    def pool_bytes(self) -> int:
-        """Bytes the CuPy memory pool holds (used and cached)."""
-        return int(self.pool.total_bytes())
-
-    def release(self) -> None:
-        """Hand the pool's unused blocks back to the device."""
-        self.pool.free_all_blocks()
-
-
-def gpu_available() -> bool:
-    """Whether CuPy is importable and sees a device."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:          # no CuPy, no driver, no device: all mean "no GPU"
-        return False
-
-
 def get_backend(name: str):
-    """A backend by name: numpy, dryrun, array_api_strict, cupy (a GPU needed) or auto."""
+    """A CPU backend by name: numpy, dryrun or array_api_strict (cupy and auto are the GPU
+    layer's: ``gpu.backend.gpu_backends``)."""
     if name == "numpy":
         return NumpyBackend()
     if name == "dryrun":
@@ -336,12 +262,5 @@ def get_backend(name: str):
         import array_api_strict
 
         return ArrayApiBackend(array_api_strict, "array_api_strict")
-    if name == "cupy":
-        if not gpu_available():
-            raise SequantEvalError("backend 'cupy' needs CuPy and a GPU; none is available "
-                                   "here (use 'auto' to fall back to NumPy)")
-        return CupyBackend()
-    if name == "auto":
-        return CupyBackend() if gpu_available() else NumpyBackend()
     raise SequantEvalError(f"unknown backend {name!r}; choose numpy, cupy, auto, dryrun or "
                            f"array_api_strict")

@@ -1,5 +1,6 @@
 """The dry-run backend: shapes only (sizes may be composite power means), sizes and flops
-metered exactly as a real run, no data; strict about the shapes it adds.
+metered exactly as a real run, no data; strict about the shapes it adds. Its source,
+``ShapeSource``, knows each leaf's shape and nothing else.
 """
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from dataclasses import dataclass
 from ..errors import SequantEvalError
 from .graph import Backend
 
-__all__ = ["DryArray", "DryRunBackend"]
+__all__ = ["DryArray", "DryRunBackend", "ShapeSource"]
+
+
+class ShapeSource:
+    """The inputs of a dry run: every value's shape (``ScheduleAnalysis.shapes``), no data."""
+
+    def __init__(self, shapes) -> None:
+        self.shapes = shapes
+
+    def shape(self, vid: int):
+        return self.shapes[vid]
 
 
 @dataclass(frozen=True)

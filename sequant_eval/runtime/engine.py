@@ -10,9 +10,10 @@ released after the last read of any of its versions (roots and kept values stay)
 peak is taken after every allocation, including the op's temporary — the static sweep's
 rule, so a dry run meters exactly the predicted peak.
 
-One device: the order is the graph's own (``Graph.order``). With a second device the
-route comes from the dispatch layer (``runs.py``): branches resolved by ``resolve`` as the
-walk reaches them, a picked arm's exit standing in for arm 0's wherever the merge reads it.
+One device: the order is the graph's own (``Graph.order``). A graph placed on two devices,
+or with branches, runs along the route its caller gives (``order``; the GPU layer's
+``gpu/runs.py``, branches resolved as the walk reaches them), a picked arm's exit standing
+in for arm 0's wherever the merge reads it.
 Each device backend may open a session for the evaluation (CuPy: one stream, the caller's
 restored afterwards).
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from ..errors import SinkError
+from ..errors import ScheduleError, SinkError
 from ..forest.values import Forest
 from .graph import INPLACE, VIEWS, Device, Graph, Node, Op
 from .metering import Accounting, Meter
@@ -34,15 +35,16 @@ __all__ = ["Meter", "run_graph"]
 
 def run_graph(g: Graph, roots: Sequence[int], forest: Forest, backends: Mapping[Device, object],
               source=None, store: Mapping[int, object] | None = None,
-              resolve: Callable[[int], int] | None = None,
+              order: Callable[[Graph, Sequence[int]], Sequence[int]] | None = None,
               form_of: Mapping[int, int] | None = None):
     """Execute what ``roots`` need; returns ``({root node: array}, Meter)``.
 
     ``backends`` maps each device to its backend (the CPU's is the default); ``source``
     resolves input nodes to readers (``TensorSource``), ``store`` holds the arrays kept
-    from an earlier evaluation; ``resolve(branch) -> arm`` picks branch arms;
-    ``form_of`` (node → form) counts builds per form."""
-    route = _route(g, roots, resolve or (lambda b: 0))
+    from an earlier evaluation; ``order(g, roots)`` is the walk of a graph placed on two
+    devices or with branches (its arms picked); ``form_of`` (node → form) counts builds
+    per form."""
+    route = _route(g, roots, order)
     ex = _Executor(g, forest.values, backends, source, store, route.alias)
     book = Accounting(form_of)
     live = _Live(g, route, book)
@@ -89,10 +91,10 @@ class _Route:
         return g.owner(n) if o is None else o
 
 
-def _route(g: Graph, roots: Sequence[int], resolve: Callable[[int], int]) -> _Route:
+def _route(g: Graph, roots: Sequence[int], order) -> _Route:
     key = ("route", tuple(roots))
     if g.branches or key not in g.memo:        # a branchless route never changes: keep it
-        g.memo[key] = _order(g, roots, resolve)
+        g.memo[key] = _order(g, roots, order)
     order = g.memo[key]
     alias: dict[int, int] = {}
     for b in g.branches:                  # the merge reads arm 0; a picked arm stands in
@@ -110,11 +112,12 @@ def _route(g: Graph, roots: Sequence[int], resolve: Callable[[int], int]) -> _Ro
     return _Route(order, alias, counts, per_node, owner, final, keep)
 
 
-def _order(g: Graph, roots: Sequence[int], resolve: Callable[[int], int]) -> list[int]:
+def _order(g: Graph, roots: Sequence[int], order) -> list[int]:
+    if order is not None:
+        return list(order(g, roots))
     if g.branches or len(set(g.device.values())) > 1:
-        from .runs import lower_picked_route_streaming     # the dispatch layer
-
-        return lower_picked_route_streaming(g, roots, resolve)
+        raise ScheduleError("this op graph is placed on two devices or has branches: run it "
+                            "along its route (order=, as runtime.gpu.Placed does)")
     return g.order(roots)
 
 

@@ -1,9 +1,11 @@
 """The op graph: an append-only arena of small array operations.
 
-Every evaluation is lowered to this graph (``runtime/lower.py``) and run by one executor
-(``runtime/engine.py``) on any backend. Nodes are frozen; a rewrite appends new nodes and
-returns remapped roots, so a graph only grows and old ids stay valid (superseded nodes are
-simply no longer reachable). Placement (which device runs a node) lives in a side table.
+A schedule unrolled batch by batch (``lower_schedule``) is this graph, run by the graph
+executor (``engine.py``) on any backend: what the GPU layer places and the Dask layer cuts
+(a one-device run executes the loop program, ``program.py``). Nodes are frozen; a rewrite
+appends new nodes and returns remapped roots, so a graph only grows and old ids stay valid
+(superseded nodes are simply no longer reachable). Placement (which device runs a node)
+lives in a side table.
 
 Memory semantics, which the meter follows: ``alloc`` ops make a new buffer; ``view`` ops
 (permute, reshape) alias their input; ``inplace`` ops (accumulate, scatter, scale) write

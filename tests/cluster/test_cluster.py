@@ -17,7 +17,7 @@ import pytest
 
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
-from sequant_eval.runtime.shipping import H5Dataset, MemoryMap, ship_inputs
+from sequant_eval.runtime.cluster.shipping import H5Dataset, MemoryMap, ship_inputs
 
 from tests.oracles.spin_orbital import EXT, random_arrays  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
-from sequant_eval.runtime import Compiled, TensorSource
+from sequant_eval.runtime import Compiled, Device, NumpyBackend, TensorSource, run_graph
+from sequant_eval.runtime.gpu import Machine, Placed
 from sequant_eval.schedule.budget import fit_forest
 from sequant_eval.plan import BatchPolicy
 
@@ -55,19 +56,25 @@ def test_ccsd_through_the_graph_equals_direct_evaluation(water, backend, fractio
 
 
 def test_disabling_all_passes_gives_bitwise_identical_numpy_results(water):
+    """The unrolled op graph (the GPU layer's, here placed on the host alone) run with and
+    without its rewriting passes; oracle: each other, bit for bit."""
     ints, tensors = water
     ev = se.Evaluator(ccsd_equations(), ints.extents)
     top = ev.analyze().peak_bytes
     a = fit_forest(ev.forest, ev.regime, BatchPolicy.everything(0.7 * top, ints.extents))
     source = TensorSource(ev.forest, tensors, ints.extents)
-    with_passes, _ = Compiled(a).run("numpy", source)
-    without, _ = Compiled(a, passes=False).run("numpy", source)
+    results = []
+    for passes in (True, False):
+        low, roots = Placed(Compiled(a), passes=passes).lowered(False, Machine())
+        out, _ = run_graph(low.graph, roots, ev.forest, {Device.CPU: NumpyBackend()}, source)
+        results.append({name: out[n] for name, n in low.roots.items()})
+    with_passes, without = results
     for name in with_passes:
         assert np.array_equal(with_passes[name], without[name]), name
 
 
 def test_cupy_backend_is_refused_clearly_without_a_gpu(water):
-    from sequant_eval.runtime import gpu_available
+    from sequant_eval.runtime.gpu import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

@@ -13,14 +13,14 @@ import itertools
 import pytest
 
 from sequant_eval.runtime.graph import Device, Op
-from sequant_eval.runtime.passes import cse, insert_copies, order_inplace, simplify
-from sequant_eval.runtime.placement import (ConvergenceOptimizer, Context, Machine,
-                                            PlacementForkPathfinder, gpu_live_peak, place,
-                                            run_lockstep)
-from sequant_eval.runtime.runs import (branch_density, device_alternating_order,
-                                       extract_runs, lower_picked_route,
-                                       lower_picked_route_streaming, lower_runs_arm0,
-                                       passes_fewness_gate)
+from sequant_eval.runtime.gpu.passes import cse, insert_copies, order_inplace, simplify
+from sequant_eval.runtime.gpu.placement import (ConvergenceOptimizer, Context, Machine,
+                                                PlacementForkPathfinder, gpu_live_peak, place,
+                                                run_lockstep)
+from sequant_eval.runtime.gpu.runs import (branch_density, device_alternating_order,
+                                           extract_runs, lower_picked_route,
+                                           lower_picked_route_streaming, lower_runs_arm0,
+                                           passes_fewness_gate)
 
 from .graphs import Builder
 
@@ -311,7 +311,7 @@ def test_a_pruned_gpu_arm_is_not_routed():
 
 
 def test_route_picker_takes_the_cpu_arm_without_a_gpu_or_memory():
-    from sequant_eval.runtime.compiled import RoutePicker
+    from sequant_eval.runtime.gpu.placed import RoutePicker
 
     b = Builder()
     _, a0, a1, m = b.diamond(b.chain(1, CPU))

@@ -86,7 +86,7 @@ def test_program_size_does_not_depend_on_the_batch_count():
         program = ev.batched
         loops = program.sched.loops
         assert loops and all(lp.nbatches == 38 // block for lp in loops.values())
-        sizes[block] = (program.program().nodes, len(program.lowered()[0].graph),
+        sizes[block] = (program.program().nodes, len(lower_schedule(program.analysis).graph),
                         tuple((lp.space, lp.kind) for lp in loops.values()))
     assert sizes[2][2] == sizes[19][2]                     # the same loops
     assert sizes[2][0] == sizes[19][0]                     # the same program
@@ -236,7 +236,7 @@ def test_kernel_plans_stay_within_their_share(arrays, top):
     ev = se.Evaluator(ccsd_equations(), EXT, budget=0.1 * top)
     out = ev.evaluate(arrays)
     program = ev.batched
-    backend = program._backends["numpy"][Device.CPU]
+    backend = program._backends["numpy"]
     prog = program.program()
     assert len(backend.plans) == prog.plan_cap            # more shapes than the cap: full
     assert len(backend.first) <= prog.contractions

@@ -1,4 +1,4 @@
-"""Residency under a device budget (``runtime/residency.py``): idle values evicted to the
+"""Residency under a device budget (``runtime/gpu/residency.py``): idle values evicted to the
 host after their last read before a gap and reloaded before their next reader.
 
 Oracles: the NumPy run of the same forest (results), the strict device stand-in's own
@@ -14,9 +14,10 @@ import sequant_eval as se
 from sequant_eval.errors import InfeasibleBudget, SequantEvalError
 from sequant_eval.runtime import TensorSource
 from sequant_eval.runtime.graph import Device, Op
-from sequant_eval.runtime.placement import Machine, gpu_profile
-from sequant_eval.runtime.residency import ResidencyInfeasible, fit_residency
-from sequant_eval.runtime.runs import lower_runs_arm0
+from sequant_eval.runtime.gpu.placed import Placed
+from sequant_eval.runtime.gpu.placement import Machine, gpu_profile
+from sequant_eval.runtime.gpu.residency import ResidencyInfeasible, fit_residency
+from sequant_eval.runtime.gpu.runs import lower_runs_arm0
 
 from tests.runtime.graphs import Builder
 
@@ -126,9 +127,9 @@ def _ccsd(budget: float = float("inf")):
 
     ints, tensors = _water()
     ev = se.Evaluator(ccsd_equations(), ints.extents)
-    low, roots = ev.batched.lowered(False, Machine(gpu=True, gpu_budget=budget,
-                                                  cost=_fast_gpu()))
-    return ints, tensors, ev, low, roots
+    placed = Placed(ev.batched)
+    low, roots = placed.lowered(False, Machine(gpu=True, gpu_budget=budget, cost=_fast_gpu()))
+    return ints, tensors, ev, placed, low, roots
 
 
 def _device_peak(low, roots) -> float:
@@ -145,8 +146,8 @@ def test_placed_ccsd_under_half_its_device_peak():
     *_, low0, roots0 = _ccsd()
     unplaced = _device_peak(low0, roots0)
     budget = unplaced / 2
-    ints, tensors, ev, low, roots = _ccsd(budget)
-    res = ev.batched.residency
+    ints, tensors, ev, placed, low, roots = _ccsd(budget)
+    res = placed.residency
     assert res.placed_peak == unplaced
     assert res.evictions > 0 and res.reloads == res.evictions
     assert res.peak <= budget and res.peak == _device_peak(low, roots)
@@ -168,6 +169,6 @@ def test_placed_ccsd_under_half_its_device_peak():
 def test_placed_ccsd_adds_no_copy_when_the_budget_does_not_bind():
     """A budget at the device peak: the same graph as without a budget, node for node."""
     *_, low0, roots0 = _ccsd()
-    *_, ev, low, roots = _ccsd(_device_peak(low0, roots0))
-    assert ev.batched.residency.evictions == 0
+    *_, placed, low, roots = _ccsd(_device_peak(low0, roots0))
+    assert placed.residency.evictions == 0
     assert low.graph.dump(roots) == low0.graph.dump(roots0)

@@ -14,11 +14,11 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
 from sequant_eval.runtime import TensorSource
-from sequant_eval.runtime.compiled import RoutePicker
 from sequant_eval.runtime.engine import run_graph
+from sequant_eval.runtime.gpu.placed import Placed, RoutePicker
+from sequant_eval.runtime.gpu.placement import CostModel, Machine
+from sequant_eval.runtime.gpu.runs import extract_runs
 from sequant_eval.runtime.graph import Device, Op
-from sequant_eval.runtime.placement import CostModel, Machine
-from sequant_eval.runtime.runs import extract_runs
 
 from tests.oracles.direct import direct_evaluate
 from tests.runtime.strict_device import DeviceArray, DeviceMix, StrictDevice, StrictHost
@@ -45,7 +45,7 @@ def _water():
 
 def _placed(ints):
     ev = se.Evaluator(ccsd_equations(), ints.extents)
-    low, roots = ev.batched.lowered(False, Machine(gpu=True, cost=_fast_gpu()))
+    low, roots = Placed(ev.batched).lowered(False, Machine(gpu=True, cost=_fast_gpu()))
     return ev, low, roots
 
 
@@ -54,7 +54,7 @@ def _run_strict(ev, low, roots, tensors, ints, gpu=True):
     device = StrictDevice()
     backends = {Device.CPU: StrictHost(), Device.GPU: device}
     picker = RoutePicker(low.graph, gpu=gpu)                # no GPU: every CPU arm
-    out, meter = run_graph(low.graph, roots, ev.forest, backends, source, resolve=picker)
+    out, meter = run_graph(low.graph, roots, ev.forest, backends, source, order=picker.route)
     return source, device, out, meter
 
 
@@ -85,10 +85,10 @@ def test_placed_ccsd_runs_on_the_strict_device(tolerance_fork):
 
 def test_strict_device_catches_a_result_left_on_the_device(monkeypatch):
     """Without the root copies (the pass made an identity) a result stays a DeviceArray:
-    the host-results assertion of the test above would fail, and so does Compiled.run."""
-    import sequant_eval.runtime.compiled as compiled
+    the host-results assertion of the test above would fail, and so does Placed.run."""
+    import sequant_eval.runtime.gpu.placed as placed
 
-    monkeypatch.setattr(compiled, "copy_roots_to_host", lambda g, roots: list(roots))
+    monkeypatch.setattr(placed, "copy_roots_to_host", lambda g, roots: list(roots))
     ints, tensors = _water()
     ev, low, roots = _placed(ints)
     _, _, out, _ = _run_strict(ev, low, roots, tensors, ints)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .graph import BINDINGS, Device, Graph, Op
+from ..graph import BINDINGS, Device, Graph, Op
 
 __all__ = ["Run", "effective_roots", "arm_nodes", "extract_runs", "lower_runs_arm0",
            "lower_picked_route", "lower_picked_route_streaming", "branch_density",

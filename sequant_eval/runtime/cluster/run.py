@@ -1,15 +1,15 @@
 """Run a partitioned schedule on a Dask cluster (``distributed.Client``).
 
 The client runs the work outside the outermost batch loops (``partition.py``); every batch
-of a distributed outer block is one Dask task running the one executor (``engine.py``) on
-that batch's graph. Values computed before a block and read inside it are scattered once
-to every worker (broadcast) and handed to the tasks as dependencies; inputs travel as a way
-to read them (``shipping.py``), so each worker reads its own batch slices. Results are
-gathered as each task finishes and applied on the client in batch order (sums, scatters
-and the additions into equation sums, in the single-process order: bitwise the same
-result); one task is in flight per worker thread, and at most ``window`` results are held
-ahead of the batch being applied, which bounds what the client buffers
-(``cluster_plan.py``).
+of a distributed outer block is one Dask task running the core's graph executor
+(``runtime/engine.py``) on that batch's graph. Values computed before a block and read
+inside it are scattered once to every worker (broadcast) and handed to the tasks as
+dependencies; inputs travel as a way to read them (``shipping.py``), so each worker reads
+its own batch slices. Results are gathered as each task finishes and applied on the client
+in batch order (sums, scatters and the additions into equation sums, in the single-process
+order: bitwise the same result); one task is in flight per worker thread, and at most
+``window`` results are held ahead of the batch being applied, which bounds what the client
+buffers (``plan.py``).
 
 Dask itself is imported only here, and only when a cluster run is asked for.
 """
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DistributedError, TaskFailed
-from ..forest.values import Forest
-from ..units import format_bytes
-from .backends import NumpyBackend
-from .cluster_plan import ClusterPlan, plan_cluster
-from .engine import run_graph
-from .graph import Device
+from ...errors import DistributedError, TaskFailed
+from ...forest.values import Forest
+from ...units import format_bytes
+from ..backends import NumpyBackend
+from ..engine import run_graph
+from ..graph import Device
+from ..sources import TensorSource
 from .partition import Block, Partition, Segment, Task
+from .plan import ClusterPlan, plan_cluster
 from .shipping import open_inputs, ship_inputs
-from .sources import TensorSource
 
 __all__ = ["INSTALL", "import_distributed", "cluster_shape", "run_on_cluster", "run_task",
            "TaskRecord", "ClusterMeter"]

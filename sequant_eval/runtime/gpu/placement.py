@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from .graph import BINDINGS, INPLACE, VIEWS, Device, Graph, Node, Op
+from ..graph import BINDINGS, INPLACE, VIEWS, Device, Graph, Node, Op
 from .runs import extract_runs
 
 __all__ = ["CostModel", "Machine", "place", "gpu_live_peak", "gpu_profile", "DeviceProfile",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from .graph import INPLACE, VIEWS, Device, Graph, Node, Op
+from ..graph import INPLACE, VIEWS, Device, Graph, Node, Op
 
 __all__ = ["Pass", "PASSES", "run_passes", "cse", "simplify", "order_inplace",
            "insert_copies", "bridge_arms", "copy_roots_to_host"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DistributedError, TruncatedInput
+from ...errors import DistributedError, TruncatedInput
 
 __all__ = ["H5Dataset", "MemoryMap", "ship_inputs", "open_inputs"]
 

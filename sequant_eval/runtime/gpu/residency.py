@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..errors import InfeasibleBudget
-from .graph import VIEWS, Device, Graph, Node, Op
+from ...errors import InfeasibleBudget
+from ..graph import VIEWS, Device, Graph, Node, Op
 from .placement import Machine, gpu_profile, node_bytes, node_flops
 from .runs import arm_nodes, effective_roots, lower_runs_arm0
 

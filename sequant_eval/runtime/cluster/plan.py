@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.regime import footprint_bytes
-from .dryrun import DryArray, DryRunBackend
-from .engine import run_graph
-from .graph import Device
+from ...plan.regime import footprint_bytes
+from ..dryrun import DryArray, DryRunBackend, ShapeSource
+from ..engine import run_graph
+from ..graph import Device
 from .partition import Partition, Segment
 
 __all__ = ["ClusterPlan", "plan_cluster", "segment_peak"]
@@ -56,7 +56,7 @@ class ClusterPlan:
     def dump(self) -> str:
         """Stable text: workers and threads, per-worker and client peaks, then the distributed
         blocks and any outer loops kept on the client."""
-        from ..units import format_bytes
+        from ...units import format_bytes
 
         budget = (f" (budget {format_bytes(self.budget_bytes)})"
                   if self.budget_bytes != float("inf") else "")
@@ -73,14 +73,6 @@ class ClusterPlan:
         return "\n".join(lines) + "\n"
 
 
-class _Shapes:
-    def __init__(self, shapes) -> None:
-        self.shapes = shapes
-
-    def shape(self, vid: int):
-        return self.shapes[vid]
-
-
 def segment_peak(part: Partition, seg: Segment) -> int:
     """A segment's peak (bytes) by a dry run of its graph; its stored inputs count."""
     if seg.empty:
@@ -89,7 +81,7 @@ def segment_peak(part: Partition, seg: Segment) -> int:
     be = DryRunBackend(itemsize)
     store = {i: DryArray(tuple(part.graph.nodes[i].shape), itemsize) for i in seg.stored}
     _, meter = run_graph(seg.graph, seg.roots, part.forest, {Device.CPU: be},
-                         _Shapes(part.analysis.shapes), store)
+                         ShapeSource(part.analysis.shapes), store)
     return meter.peak_bytes
 
 

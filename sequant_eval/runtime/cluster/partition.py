@@ -22,11 +22,11 @@ from collections import defaultdict
 import uuid
 from dataclasses import dataclass, field, replace
 
-from ..forest.values import Forest
-from ..plan.loops import Loop
-from ..schedule.analysis import ScheduleAnalysis
-from .graph import INPLACE, VIEWS, Graph, Node, Op
-from .lower import _Lowering
+from ...forest.values import Forest
+from ...plan.loops import Loop
+from ...schedule.analysis import ScheduleAnalysis
+from ..graph import INPLACE, VIEWS, Graph, Node, Op
+from ..lower import _Lowering
 
 __all__ = ["Segment", "Task", "Block", "Partition", "partition_schedule"]
 
