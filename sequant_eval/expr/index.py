@@ -22,11 +22,6 @@ class Index:
     protos: tuple[Index, ...] = ()
 
     @property
-    def is_composite(self) -> bool:
-        """Whether the index carries protos (a cluster-specific index such as a PNO)."""
-        return bool(self.protos)
-
-    @property
     def label(self) -> str:
         """The plain label without protos, e.g. ``a_3``."""
         return self.space if self.number is None else f"{self.space}_{self.number}"

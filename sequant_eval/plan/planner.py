@@ -56,11 +56,6 @@ class BatchPlan:
         """The plan of the term whose root value is ``value``."""
         return next(t for t in self.terms if t.value == value)
 
-    @property
-    def max_term_peak(self) -> int:
-        """The largest peak of one term scheduled alone (0 with no terms)."""
-        return max((t.peak_bytes for t in self.terms), default=0)
-
     def dump(self) -> str:
         """Stable text: the policy, every loop, then one line per term."""
         lines = [self.policy.dump()]

@@ -55,14 +55,6 @@ def _tensors(forest, extents, seed: int):
     return {n: {sp: arr for (t, sp), arr in blocks.items() if t == n} for n in names}
 
 
-class _Shapes:
-    def __init__(self, shapes) -> None:
-        self.shapes = shapes
-
-    def shape(self, vid: int):
-        return self.shapes[vid]
-
-
 #: The smallest fraction of examples that must run batched (see the module docstring).
 MIN_BATCHED = 0.8
 #: fit_forest is monotone in the budget (see the module docstring).
