@@ -22,7 +22,8 @@ from .graph import Backend
 from .sources import LeafReader
 from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
-__all__ = ["NumpyBackend", "ArrayApiBackend", "DryRunBackend", "DryArray", "get_backend"]
+__all__ = ["NumpyBackend", "ArrayApiBackend", "DryRunBackend", "DryArray", "get_backend",
+           "add_scaled", "index_slices"]
 
 
 def index_slices(index, ndim: int) -> tuple:
@@ -32,6 +33,16 @@ def index_slices(index, ndim: int) -> tuple:
 
 
 # -- NumPy ---------------------------------------------------------------------------------
+
+
+def add_scaled(target: np.ndarray, src, alpha: float) -> None:
+    """``target += alpha * src`` in place; with ``alpha`` ±1 no scaled copy of ``src``."""
+    if alpha == 1.0:
+        target += src
+    elif alpha == -1.0:
+        target -= src
+    else:
+        target += alpha * src
 
 
 def _strided(x: np.ndarray, view: ArrayView) -> np.ndarray:
@@ -129,12 +140,7 @@ class NumpyBackend(Backend):
         return x.reshape(shape)
 
     def accumulate_(self, target, src, alpha: float):
-        if alpha == 1.0:
-            target += src
-        elif alpha == -1.0:
-            target -= src
-        else:
-            target += alpha * src
+        add_scaled(target, src, alpha)
         return target
 
     def scatter_(self, target, src, index):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import ScheduleError
+from ..schedule.forms import reachable
 
 __all__ = ["Op", "Device", "Node", "Graph", "Backend", "VIEWS", "INPLACE", "BINDINGS"]
 
@@ -144,16 +145,8 @@ class Graph:
 
     def reachable(self, roots) -> set[int]:
         """Every node ``roots`` depend on, through data inputs and ordering edges."""
-        seen: set[int] = set()
-        stack = list(roots)
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            stack.extend(self.nodes[n].inputs)
-            stack.extend(self.after.get(n, ()))
-        return seen
+        nodes, after = self.nodes, self.after
+        return reachable(roots, lambda n: (*nodes[n].inputs, *after.get(n, ())))
 
     def order(self, roots) -> list[int]:
         """Execution order of everything ``roots`` need: a topological order over data and

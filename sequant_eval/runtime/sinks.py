@@ -29,6 +29,7 @@ from ..plan.loops import LoopKind
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.peak import folded_into, sink_piece, sink_piece_bytes, sink_write_bytes
+from .backends import add_scaled
 
 __all__ = ["Sink", "sink_kind", "make_sink", "check_sinks"]
 
@@ -141,13 +142,7 @@ class _DatasetSink(Sink):
         for local in self._pieces(view.shape):
             where = _shift(local, offset)
             cur = np.asarray(self.dest[where])
-            part = view[local]
-            if alpha == 1.0:
-                cur += part
-            elif alpha == -1.0:
-                cur -= part
-            else:
-                cur += alpha * part
+            add_scaled(cur, view[local], alpha)
             self.dest[where] = cur
 
 

@@ -20,7 +20,7 @@ from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop, LoopKind
 from ..plan.planner import BatchPlan
-from .forms import Form, FormKind, build_forms, drop_unread
+from .forms import Form, FormKind, build_forms, drop_unread, reachable
 from .ordered import build_ordered_schedule
 from .rich import RichSchedule, readers_and_order
 
@@ -89,7 +89,7 @@ def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
     canon: list[int] = []
     index: dict[tuple, int] = {}
     alias: dict[int, int] = {}
-    links: list[tuple[tuple[int, ...], int]] = []      # per new form: operands, source
+    links: list[tuple[int, ...]] = []      # per new form: what it reads (operands, source)
     sums: list[int] = []
     for form in forms:
         sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
@@ -108,22 +108,13 @@ def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
         k = index.get(key)
         if k is None:
             k = index[key] = len(links)
-            links.append((operands, source))
+            links.append(operands + ((source,) if source >= 0 else ()))
             if form.kind is FormKind.SUM:
                 sums.append(k)
             if form.kind is leaf:
                 alias[k] = index.setdefault(key[:8] + (-1,) + key[9:], k)
         canon.append(k)
-    keep: set[int] = set()                         # drop_unread, on the links alone
-    stack = sums
-    while stack:
-        k = stack.pop()
-        if k in keep:
-            continue
-        keep.add(k)
-        stack.extend(links[k][0])
-        if links[k][1] >= 0:
-            stack.append(links[k][1])
+    keep = reachable(sums, links.__getitem__)        # drop_unread, on the links alone
     new = {old: n for n, old in enumerate(sorted(keep))}
     return [new.get(c, -1) for c in canon]
 

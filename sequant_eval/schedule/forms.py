@@ -8,6 +8,7 @@ value, same slicing by the same loops, same scope) are one array.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..forest.values import Forest, ValueKind
@@ -227,19 +228,24 @@ def _prune(forms: list[Form], terms: dict[int, TermForms],
     return out, mapped
 
 
+def reachable(roots: Iterable[int], successors: Callable[[int], Iterable[int]]) -> set[int]:
+    """Every id ``roots`` reach through ``successors`` (the roots included): what a form, a
+    canonical form (``boulevard.py``) or an op-graph node (``Graph.reachable``) needs."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(successors(n))
+    return seen
+
+
 def drop_unread(forms: list[Form], roots: list[int]) -> tuple[dict[int, int], list[Form]]:
     """Keep what ``roots`` read (a term's own fetch for a contraction another term already
     made is dropped); ids renumbered in order. Returns (old id → new id, forms)."""
-    keep: set[int] = set()
-    stack = list(roots)
-    while stack:
-        f = stack.pop()
-        if f in keep:
-            continue
-        keep.add(f)
-        stack.extend(forms[f].operands)
-        if forms[f].source >= 0:
-            stack.append(forms[f].source)
+    keep = reachable(roots, lambda f: forms[f].operands + (
+        (forms[f].source,) if forms[f].source >= 0 else ()))
     new = {old: k for k, old in enumerate(sorted(keep))}
     out = [replace(forms[old], id=new[old],
                    operands=tuple(new[o] for o in forms[old].operands),

@@ -104,6 +104,15 @@ def _reads_of(p: Point, sched: OrderedSchedule) -> list[int]:
     return []
 
 
+def _last_reads(points: list[Point], sched: OrderedSchedule) -> dict[int, int]:
+    """Form → the last static point that reads it."""
+    last: dict[int, int] = {}
+    for k, p in enumerate(points):
+        for r in _reads_of(p, sched):
+            last[r] = k
+    return last
+
+
 #: The most bytes one chunk of a leaf streamed into a sum holds (see ``stream_rows``).
 STREAM_BYTES = 1 << 18
 
@@ -187,10 +196,7 @@ def moves(sched: OrderedSchedule, forest: Forest, points: list[Point]) -> set[in
     forms = sched.forms
     sinks = sched.sinks
     fed = {s for f, s in folded_into(sched).items() if forms[f].kind is FormKind.ASSEMBLE}
-    last: dict[int, int] = {}
-    for k, p in enumerate(points):
-        for r in _reads_of(p, sched):
-            last[r] = k
+    last = _last_reads(points, sched)
     out = set()
     for k, p in enumerate(points):
         if p.kind == "build" and p.entry == 0 and p.form not in fed and p.form not in sinks:
@@ -232,10 +238,7 @@ def scaled_in_place(sched: OrderedSchedule, forest: Forest, points: list[Point])
     makes the sum from it instead."""
     forms = sched.forms
     factors = common_factors(sched, forest)
-    last: dict[int, int] = {}
-    for k, p in enumerate(points):
-        for r in _reads_of(p, sched):
-            last[r] = k
+    last = _last_reads(points, sched)
     out = set()
     for k, p in enumerate(points):
         if p.kind != "build" or p.entry <= 0:
