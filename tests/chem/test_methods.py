@@ -16,14 +16,8 @@ import sequant_eval.chem as sc  # noqa: E402
 from sequant_eval.chem import CCSD, CCSDT, GCCSD, RCCSD, InMemory, OnDisk  # noqa: E402
 from sequant_eval.errors import InputTypeError, UnsupportedFeature  # noqa: E402
 
-WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
-TIGHT = {"conv_tol": 1e-11, "conv_tol_normt": 1e-9}
+from tests.chem.references import TIGHT, rhf as _rhf  # noqa: E402
 
-
-def _rhf(basis):
-    mf = scf.RHF(gto.M(atom=WATER, basis=basis, verbose=0))
-    mf.conv_tol = 1e-12
-    return mf.run()
 
 
 @pytest.fixture(scope="module")
