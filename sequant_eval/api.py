@@ -14,7 +14,7 @@ from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .budget import Budget
 from .plan.regime import Regime
 from .runtime import TensorSource
-from .runtime.sources import fingerprint
+from .runtime.fingerprint import fingerprint
 from .schedule import ScheduleAnalysis, analyze_schedule
 from .schedule.analysis import term_peak
 from .schedule.budget import fit_forest, minimum_budget
@@ -402,7 +402,7 @@ class Evaluator:
 
     def _check_kept(self, program, tensors: Mapping[str, object]) -> None:
         """Kept intermediates are dropped (rebuilt) when a non-volatile input changed (see
-        ``runtime.sources.fingerprint``: NumPy arrays by content, providers always)."""
+        ``runtime.fingerprint``: NumPy arrays by content, providers always)."""
         volatile = self.policy.volatile
         prints = {name: fingerprint(t) for name, t in sorted(tensors.items())
                   if name not in volatile}

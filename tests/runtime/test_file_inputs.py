@@ -20,7 +20,7 @@ import pytest
 import sequant_eval as se
 from sequant_eval.errors import TruncatedInput
 from sequant_eval.forest.values import ValueKind
-from sequant_eval.runtime import sources
+from sequant_eval.runtime import fingerprint as fingerprints, sources
 
 h5py = pytest.importorskip("h5py")
 
@@ -219,22 +219,22 @@ def test_an_unchanged_file_keeps_its_fingerprint_and_a_change_does_not(values, t
     path = tmp_path / "g.h5"
     _h5(path, g)
     with h5py.File(path, "r") as a, h5py.File(path, "r") as b:
-        assert sources.fingerprint(a["g"]) == sources.fingerprint(b["g"])
+        assert fingerprints.fingerprint(a["g"]) == fingerprints.fingerprint(b["g"])
     with h5py.File(path, "r+") as f:
-        before = sources.fingerprint(f["g"])
+        before = fingerprints.fingerprint(f["g"])
         f["g"].attrs["checksum"] = "abc"
-        assert sources.fingerprint(f["g"]) != before
-        before = sources.fingerprint(f["g"])
+        assert fingerprints.fingerprint(f["g"]) != before
+        before = fingerprints.fingerprint(f["g"])
         f["g"][0, 0] = g[0, 0] + 1
-        assert sources.fingerprint(f["g"]) != before
+        assert fingerprints.fingerprint(f["g"]) != before
 
 
 def test_a_large_input_is_fingerprinted_by_samples(monkeypatch, values, tmp_path):
     """Over ``EXACT_DIGEST_BYTES`` (lowered here) the content is sampled: a whole-array
     change (scaled by 1.01) is seen, and the sample holds the first and last slabs."""
-    monkeypatch.setattr(sources, "EXACT_DIGEST_BYTES", 64)
-    monkeypatch.setattr(sources, "SAMPLE_SLAB_BYTES", 16)
-    monkeypatch.setattr(sources, "SAMPLE_SLABS", 3)
+    monkeypatch.setattr(fingerprints, "EXACT_DIGEST_BYTES", 64)
+    monkeypatch.setattr(fingerprints, "SAMPLE_SLAB_BYTES", 16)
+    monkeypatch.setattr(fingerprints, "SAMPLE_SLABS", 3)
     g, t = values
     path = tmp_path / "g.h5"
     _h5(path, g)
@@ -244,9 +244,9 @@ def test_a_large_input_is_fingerprinted_by_samples(monkeypatch, values, tmp_path
         np.testing.assert_allclose(run(dset, t), _oracle(g, t), rtol=1e-12)
         dset[...] = 1.01 * g
         np.testing.assert_allclose(run(dset, t), _oracle(1.01 * g, t), rtol=1e-12)
-        before = sources.fingerprint(dset)
+        before = fingerprints.fingerprint(dset)
         dset[N - 1, N - 1] = 7.0                    # in the last slab
-        assert sources.fingerprint(dset) != before
+        assert fingerprints.fingerprint(dset) != before
 
 
 def test_slabs_cover_the_array_once_in_order():
@@ -254,7 +254,7 @@ def test_slabs_cover_the_array_once_in_order():
     shape = (3, 5, 7)
     a = np.arange(np.prod(shape)).reshape(shape)
     for limit in (8, 40, 56, 8 * 35, 8 * 105, 10**6):
-        slabs = sources._Slabs(shape, 8, limit)
+        slabs = fingerprints._Slabs(shape, 8, limit)
         parts = [a[slabs.index(k)].reshape(-1) for k in range(slabs.count)]
         assert all(p.size * 8 <= max(limit, 8) for p in parts), limit
         np.testing.assert_array_equal(np.concatenate(parts), a.reshape(-1))
