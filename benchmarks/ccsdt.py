@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import subprocess
@@ -54,7 +53,7 @@ SETTLE_S = 0.5          # the previous code's BLAS threads go idle first (closed
 SEED = 7
 
 
-from closed_shell import _vm  # noqa: E402  (VmHWM / VmRSS of this process, MiB)
+from closed_shell import _spawn, _vm  # noqa: E402  (a worker process; VmHWM / VmRSS, MiB)
 
 
 def _load() -> str:
@@ -90,6 +89,7 @@ def _prep(system: str, wd: Path) -> dict:
     import numpy as np
     from pyscf import scf
 
+    from sequant_eval.chem.integrals import full_arrays
     from sequant_eval.chem.spin_orbital import GeneralSpinOrbitalIntegrals
 
     mf = scf.RHF(_mol(SYSTEMS[system][1]))
@@ -98,14 +98,7 @@ def _prep(system: str, wd: Path) -> dict:
     mf.kernel()
     ints = GeneralSpinOrbitalIntegrals(mf)
     no, nv = ints.nocc, ints.nvir
-    sl = {"i": slice(0, no), "a": slice(no, no + nv)}
-    f, g = np.zeros((no + nv,) * 2), np.zeros((no + nv,) * 4)
-    for p in "ia":
-        for q in "ia":
-            f[sl[p], sl[q]] = ints.fock((p, q))
-            for r in "ia":
-                for s in "ia":
-                    g[sl[p], sl[q], sl[r], sl[s]] = ints.eri((p, q, r, s))
+    f, g = full_arrays(ints)
     rng = np.random.default_rng(SEED)
     arrays = {"f": f, "g": g, "t1": 0.01 * rng.standard_normal((nv, no)),
               "t2": _antisymmetric(rng, (nv, nv, no, no), 2),
@@ -329,13 +322,6 @@ def _worker(code: str, system: str, wd: str, conn) -> None:
         import traceback
 
         conn.send({"error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()})
-
-
-def _spawn(target, *args):
-    parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=target, args=(*args, child), daemon=True)
-    proc.start()
-    return proc, parent
 
 
 def _prep_worker(system: str, wd: str, conn) -> None:

@@ -29,7 +29,7 @@ from sequant_eval.errors import (MissingTensor, SequantEvalError, ShapeMismatch,
                                  UnsupportedFeature)
 
 __all__ = ["SCFNotConverged", "SpinOrbitalIntegrals", "BlockProvider", "FockBlocks",
-           "active_orbitals", "density_fitted"]
+           "full_arrays", "active_orbitals", "density_fitted"]
 
 #: A provider: takes one space name per slot and the element ranges wanted (one
 #: ``(start, stop)`` per slot, or None for the whole block) and returns that sub-block.
@@ -387,3 +387,19 @@ class SpinOrbitalIntegrals:
             f"SpinOrbitalIntegrals(nocc={self.nocc}, nvir={self.nvir}, "
             f"e_hf={self.e_hf:.10f}, basis={self.scf.mol.basis!r})"
         )
+
+
+def full_arrays(ints) -> tuple[np.ndarray, np.ndarray]:
+    """``f[p, q]`` and ``g[p, q, r, s] = <pq||rs>`` over all active spin orbitals of
+    spin-orbital integrals (``nocc`` occupied first, ``fock``/``eri`` blocks): whole arrays,
+    for oracles and other codes."""
+    no, nv = ints.nocc, ints.nvir
+    sl = {"i": slice(0, no), "a": slice(no, no + nv)}
+    f, g = np.zeros((no + nv,) * 2), np.zeros((no + nv,) * 4)
+    for p in "ia":
+        for q in "ia":
+            f[sl[p], sl[q]] = ints.fock((p, q))
+            for r in "ia":
+                for t in "ia":
+                    g[sl[p], sl[q], sl[r], sl[t]] = ints.eri((p, q, r, t))
+    return f, g

@@ -18,6 +18,7 @@ from pyscf import gto, scf  # noqa: E402
 
 from sequant_eval.chem import CCSDT  # noqa: E402
 from sequant_eval.chem.equations import ccsdt_text  # noqa: E402
+from sequant_eval.chem.integrals import full_arrays  # noqa: E402
 from sequant_eval.cli import main  # noqa: E402
 from sequant_eval.errors import UnsupportedFeature  # noqa: E402
 from tests.chem.ccsdt_oracles import evaluate_text, random_inputs  # noqa: E402
@@ -65,15 +66,7 @@ def test_residual_layouts():
     cc = CCSDT(_rhf("sto-3g"))
     ints = cc.integrals
     no, nv = ints.nocc, ints.nvir
-    sl = {"i": slice(0, no), "a": slice(no, no + nv)}
-    f = np.zeros((no + nv,) * 2)
-    g = np.zeros((no + nv,) * 4)
-    for p in "ia":
-        for q in "ia":
-            f[sl[p], sl[q]] = ints.fock((p, q))
-            for r in "ia":
-                for s in "ia":
-                    g[sl[p], sl[q], sl[r], sl[s]] = ints.eri((p, q, r, s))
+    f, g = full_arrays(ints)
     amps = random_inputs(no, nv, seed=2, hermitian=True)
     want = evaluate_text(ccsdt_text(), dict(amps, f=f, g=g), no, nv)
     e, r1, r2, r3 = cc.residual(amps["t1"].T, amps["t2"].transpose(2, 3, 0, 1),
