@@ -201,12 +201,34 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
     per forest and policy (a second refusal is instant). Where inner sums can be sliced
     (``plan/slicing.py``) it is the smaller of the minima with and without slicing."""
-    best = _minimum(_fitting(forest, extents, policy), policy, progress)
-    if sliceable_sums(forest, policy):
-        other = _minimum(_fitting(forest, extents, policy, sliced=True), policy, progress)
-        if other[0] < best[0]:
-            best = other
-    return best
+    if not sliceable_sums(forest, policy):
+        return _minimum(_fitting(forest, extents, policy), policy, progress)
+    sliced = _minimum(_fitting(forest, extents, policy, sliced=True), policy, progress)
+    if sliced[0] < unsliced_floor(forest, extents, policy):
+        return sliced                     # holding an inner sum whole cannot do better
+    plain = _minimum(_fitting(forest, extents, policy), policy, progress)
+    return plain if plain[0] <= sliced[0] else sliced
+
+
+def unsliced_floor(forest: Forest, extents, policy: BatchPolicy) -> int:
+    """Bytes no plan that holds the inner sums whole can go below: the lower bound, or a
+    sliceable inner sum whole together with the results that read it (when they add it up,
+    both exist whole; a result written to a sink aside), whichever is more. Where slicing
+    meets a budget below this, the unsliced fitting need not run."""
+    from .analysis import value_shapes
+    from ..plan.regime import footprint_bytes
+
+    shapes = value_shapes(forest, extents)
+    sunk = dict(policy.sinks)
+    held = {r.value for r in forest.roots if r.name not in sunk}
+
+    def size(v: int) -> int:
+        return footprint_bytes(shapes[v], policy.itemsize)
+
+    whole = max((size(s) + sum(size(r.id) for r in forest.values if r.id in held
+                               and any(e.value == s for e in r.entries))
+                 for s in sliceable_sums(forest, policy)), default=0)
+    return max(lower_bound(forest, extents, policy), whole)
 
 
 def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
@@ -283,8 +305,11 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     floor = lower_bound(forest, extents, policy)
     fit = _fitting(forest, extents, policy)
     if budget >= floor:
-        found, _ = _attempt(fit, policy, progress)
-        if found is None and sliceable_sums(forest, policy):    # inner sums batched too
+        found = None
+        slicing = sliceable_sums(forest, policy)
+        if not slicing or budget >= unsliced_floor(forest, extents, policy):
+            found, _ = _attempt(fit, policy, progress)
+        if found is None and slicing:                            # inner sums batched too
             found, _ = _attempt(_fitting(forest, extents, policy, sliced=True), policy,
                                 progress)
         if found is not None:

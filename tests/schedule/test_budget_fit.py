@@ -84,3 +84,31 @@ def test_remembered_planning_gives_what_planning_afresh_gives():
             except se.InfeasibleBudget as err:
                 got.append(("refused", err.minimum))
         assert got[0] == got[1], f"budget {budget}"
+
+
+ANTISYM = """R2{a_1,a_2;i_1,i_2} = A{a_1,a_2;i_1,i_2} * g{a_1,i_3;i_1,a_3} * t2{a_3,a_2;i_3,i_2}
+  + A{a_1,a_2;i_1,i_2} * f{a_1;a_3} * t2{a_3,a_2;i_1,i_2}
+  - 1/2 A{a_1,a_2;i_1,i_2} * g{i_3,i_4;a_3,a_4} * t2{a_1,a_3;i_1,i_3} * t2{a_2,a_4;i_4,i_2}
+E = 1/4 g{i_1,i_2;a_1,a_2} * t2{a_1,a_2;i_1,i_2}"""
+
+
+@pytest.mark.parametrize("sinks", [(), (("R2", "accumulate"),)])
+def test_unsliced_floor_bounds_the_fitting_that_holds_inner_sums_whole(sinks):
+    """The minimum search skips the fitting that holds the antisymmetrized inner sum whole
+    when slicing beats ``unsliced_floor``; that is sound only if no such plan goes below the
+    floor. Checked against that fitting's own minimum, searched in full, with and without
+    a sink for the result; and the answer equals the smaller of both minima."""
+    from sequant_eval.forest import build_forest
+    from sequant_eval.plan import BatchPolicy
+    from sequant_eval.plan.slicing import sliceable_sums
+    from sequant_eval.schedule import budget as fitter
+
+    extents = {"i": 6, "a": 10}
+    forest = build_forest(tuple(se.parse(ANTISYM)), extents)
+    policy = BatchPolicy.everything(None, extents, sinks=sinks)
+    assert sliceable_sums(forest, policy)
+    plain = fitter._minimum(fitter._fitting(forest, extents, policy), policy)[0]
+    sliced = fitter._minimum(fitter._fitting(forest, extents, policy, sliced=True), policy)[0]
+    floor = fitter.unsliced_floor(forest, extents, policy)
+    assert plain >= floor > fitter.lower_bound(forest, extents, policy)
+    assert fitter.minimum_budget(forest, extents, policy)[0] == min(plain, sliced)
