@@ -333,6 +333,7 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     text = derive.derive_ccsd_text()
     if args.check:
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
+                 derive.UNRESTRICTED_PATH: derive.unrestricted_text(text),
                  derive.CCSDT_PATH: derive.derive_ccsdt_text()}
         stale = [p for p, t in fresh.items()
                  if not p.exists() or p.read_text(encoding="utf-8") != t]
@@ -343,7 +344,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     derive.regenerate()
     derive.regenerate_ccsdt()
-    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH} and {derive.CCSDT_PATH}")
+    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.UNRESTRICTED_PATH} "
+          f"and {derive.CCSDT_PATH}")
     return 0
 
 

@@ -23,6 +23,11 @@ with the expression printer.
 CCSDT (``data/ccsdt_so.txt``, :func:`derive_ccsdt_text`) is out of ``wicks``' reach and is
 derived by the direct contraction engine of :mod:`sequant_eval.chem.wick` (which also
 reproduces this module's CCSD text exactly), R2 and R3 as antisymmetrizer terms.
+
+The closed-shell (``data/ccsd_cs.txt``, :func:`closed_shell_text`) and unrestricted
+(``data/ccsd_u.txt``, :func:`unrestricted_text`) CCSD files are transforms of the
+spin-orbital text: its spin trace (``expr/spintrace.py``) and its spin integration over α
+and β orbitals (``expr/spin_integrate.py``).
 """
 from __future__ import annotations
 
@@ -47,14 +52,17 @@ from sympy.physics.secondquant import (
 
 from ..expr import Equation, Index, Operator, Product, Tensor, parse
 from ..expr.printer import format_equation
+from ..expr.spin_integrate import spin_integrate
 from ..expr.spintrace import spin_trace
 
-__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "CCSDT_PATH", "derive_ccsd_text",
-           "derive_equations", "derive_ccsdt_equations", "derive_ccsdt_text",
-           "closed_shell_text", "regenerate", "regenerate_ccsdt", "main"]
+__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "UNRESTRICTED_PATH", "CCSDT_PATH",
+           "derive_ccsd_text", "derive_equations", "derive_ccsdt_equations",
+           "derive_ccsdt_text", "closed_shell_text", "unrestricted_text", "regenerate",
+           "regenerate_ccsdt", "main"]
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
 CLOSED_SHELL_PATH = DATA_PATH.parent / "ccsd_cs.txt"
+UNRESTRICTED_PATH = DATA_PATH.parent / "ccsd_u.txt"
 CCSDT_PATH = DATA_PATH.parent / "ccsdt_so.txt"
 
 #: A factor is (name, bra indices, ket indices): a Tensor in sortable form. Indices are
@@ -318,19 +326,58 @@ def closed_shell_text(spin_orbital_text: str | None = None) -> str:
     return _equations_text(_CLOSED_SHELL_HEADER, spin_trace(parse(spin_orbital_text)))
 
 
+_UNRESTRICTED_HEADER = """\
+# Unrestricted (UHF) CCSD equations over alpha and beta spatial orbitals, non-canonical Fock.
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`, which
+# spin-integrates ccsd_so.txt (sequant_eval.expr.spin_integrate, sequant_eval/chem/derive.py).
+#
+# Index spaces: i_N alpha occupied, a_N alpha virtual, I_N beta occupied, A_N beta virtual.
+# E = <0|Hbar|0> summed over spins.  The residuals are the spin blocks of ccsd_so.txt's:
+#   R1a{a_1;i_1} = R1(a_1 alpha; i_1 alpha), R1b{A_1;I_1} = R1(A_1 beta; I_1 beta),
+#   R2aa{a_1,a_2;i_1,i_2} = R2(alpha alpha; alpha alpha), R2bb{A_1,A_2;I_1,I_2} likewise beta,
+#   R2ab{a_1,A_1;i_1,I_1} = R2(a_1 alpha, A_1 beta; i_1 alpha, I_1 beta); the other blocks of
+#   R2 follow by antisymmetry.
+#
+# Tensors are Name{bra;ket}, named by the spins of their particles (PySCF UCCSD's t1a, t2ab):
+#   fa{p;q}, fb{P;Q}         alpha and beta Fock matrices (real symmetric)
+#   gaa{p,q;r,s}             <pq||rs> = <pq|rs> - <pq|sr> over alpha orbitals; gbb over beta
+#   gab{p,Q;r,S}             <p Q|r S> = (pr|QS), p, r alpha, Q, S beta (no exchange part)
+#   t1a{a;i}, t1b{A;I}       t_i^a of each spin
+#   t2aa{a_1,a_2;i_1,i_2}    t_ij^ab, all alpha (antisymmetric in bra and in ket); t2bb beta
+#   t2ab{a,A;i,I}            t_{i alpha, I beta}^{a alpha, A beta}
+# Result indices are external, all others summed.  Equal terms are folded (antisymmetric
+# slots of the same-spin blocks, real symmetries of f and g); mirror terms are written out.
+"""
+
+
+def unrestricted_text(spin_orbital_text: str | None = None) -> str:
+    """The full text of ``data/ccsd_u.txt``: the spin integration of ``spin_orbital_text``
+    (default: the packaged ``ccsd_so.txt``), deterministic byte for byte."""
+    if spin_orbital_text is None:
+        spin_orbital_text = DATA_PATH.read_text(encoding="utf-8")
+    return _equations_text(_UNRESTRICTED_HEADER, spin_integrate(parse(spin_orbital_text)))
+
+
 def regenerate(path: str | Path | None = None,
-               closed_shell_path: str | Path | None = None) -> str:
-    """Derive the equations, write them to ``path`` (default: packaged data) and their
-    closed-shell spin trace to ``closed_shell_path`` (default: beside the packaged data,
-    or ``<path stem>_cs.txt`` beside an explicit ``path``)."""
+               closed_shell_path: str | Path | None = None,
+               unrestricted_path: str | Path | None = None) -> str:
+    """Derive the equations, write them to ``path`` (default: packaged data), their
+    closed-shell spin trace to ``closed_shell_path`` and their unrestricted spin integration
+    to ``unrestricted_path`` (defaults: beside the packaged data, or ``<path stem>_cs.txt``
+    and ``<path stem>_u.txt`` beside an explicit ``path``)."""
     text = derive_ccsd_text()
     target = Path(path) if path is not None else DATA_PATH
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
+    stem = target.stem.removesuffix("_so")
     if closed_shell_path is None:
         closed_shell_path = (CLOSED_SHELL_PATH if path is None
-                             else target.with_name(target.stem.removesuffix("_so") + "_cs.txt"))
+                             else target.with_name(stem + "_cs.txt"))
+    if unrestricted_path is None:
+        unrestricted_path = (UNRESTRICTED_PATH if path is None
+                             else target.with_name(stem + "_u.txt"))
     Path(closed_shell_path).write_text(closed_shell_text(text), encoding="utf-8")
+    Path(unrestricted_path).write_text(unrestricted_text(text), encoding="utf-8")
     return text
 
 
@@ -397,7 +444,8 @@ def regenerate_ccsdt(path: str | Path | None = None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sequant_eval.chem.derive [path]``: regenerate the equation files (with a
-    ``path``, only the CCSD file there and its closed-shell spin trace beside it)."""
+    ``path``, only the CCSD file there and its closed-shell and unrestricted forms beside
+    it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=None,
                         help=f"CCSD output file (default: {DATA_PATH}, and CCSDT to "
@@ -406,9 +454,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     regenerate(args.path)
     if args.path is None:
         regenerate_ccsdt()
-        print(f"wrote {DATA_PATH}, its closed-shell spin trace and {CCSDT_PATH}")
+        print(f"wrote {DATA_PATH}, its closed-shell and unrestricted forms and {CCSDT_PATH}")
     else:
-        print(f"wrote {args.path} and its closed-shell spin trace")
+        print(f"wrote {args.path} and its closed-shell and unrestricted forms")
     return 0
 
 

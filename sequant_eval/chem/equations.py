@@ -2,6 +2,8 @@
 
 ``ccsd_so.txt``: spin-orbital E, R1, R2 (sympy derivation); ``ccsd_cs.txt``: closed-shell
 spatial-orbital E, R1, R2 for an RHF reference, spin-traced from the spin-orbital file;
+``ccsd_u.txt``: unrestricted E, R1a, R1b, R2aa, R2ab, R2bb over alpha and beta spatial
+orbitals (a UHF reference), spin-integrated from the spin-orbital file;
 ``ccsdt_so.txt``: spin-orbital CCSDT E, R1, R2, R3 (chem/wick.py's contractions).
 """
 from __future__ import annotations
@@ -12,7 +14,7 @@ from importlib import resources
 from ..expr import Equation, parse
 
 __all__ = ["ccsd_text", "ccsd_equations", "closed_shell_text", "closed_shell_equations",
-           "ccsdt_text", "ccsdt_equations"]
+           "unrestricted_text", "unrestricted_equations", "ccsdt_text", "ccsdt_equations"]
 
 
 def ccsd_text() -> str:
@@ -35,6 +37,20 @@ def closed_shell_text() -> str:
 def closed_shell_equations() -> tuple[Equation, ...]:
     """The closed-shell CCSD equations, parsed (read ``t2`` as the αβ amplitude)."""
     return tuple(parse(closed_shell_text()))
+
+
+def unrestricted_text() -> str:
+    """SeQuant text of the unrestricted E, R1a, R1b, R2aa, R2ab, R2bb (see the file's header
+    for conventions)."""
+    return resources.files("sequant_eval.chem").joinpath("data/ccsd_u.txt").read_text("utf-8")
+
+
+@lru_cache(maxsize=1)
+def unrestricted_equations() -> tuple[Equation, ...]:
+    """The unrestricted CCSD equations, parsed (once, cached): spaces ``i``/``a`` alpha,
+    ``I``/``A`` beta; tensors ``fa``, ``fb``, ``gaa``, ``gab``, ``gbb``, ``t1a``, ``t1b``,
+    ``t2aa``, ``t2ab``, ``t2bb``."""
+    return tuple(parse(unrestricted_text()))
 
 
 def ccsdt_text() -> str:
