@@ -40,7 +40,8 @@ from fractions import Fraction
 
 from ..errors import ExpressionError
 from .index import Index
-from .spintrace import ALPHA, BETA, _amplitude_count, _expand_operators, _factor_order
+from .spintrace import (ALPHA, BETA, _amplitude_count, _expand_operators, _factor_order,
+                        dummy_targets)
 from .terms import Equation, Product, Tensor, _parity
 
 __all__ = ["SpinIntegrationError", "spin_integrate", "spin_integrate_equation",
@@ -312,21 +313,7 @@ def _canonical_signed(factors: Sequence[_Factor], externals: tuple[Index, ...],
                       real: frozenset[str]) -> tuple[tuple[_Factor, ...], int]:
     """Smallest spelling over renamings of summed indices and block symmetries, and the sign
     it carries (0: the term is zero by those symmetries)."""
-    counts: dict[Index, int] = {}
-    for _, bra, ket in factors:
-        for x in bra + ket:
-            counts[x] = counts.get(x, 0) + 1
-    fixed = set(externals) | {x for x, n in counts.items() if n == 1}
-    dummies: dict[str, list[Index]] = {}
-    for x in sorted(counts):
-        if x not in fixed:
-            dummies.setdefault(x.space, []).append(x)
-    targets: dict[str, list[Index]] = {}
-    for space, labels in dummies.items():
-        used = {x.number for x in fixed if x.space == space}
-        numbers = (n for n in itertools.count(1) if n not in used)
-        targets[space] = [Index(space, next(numbers)) for _ in labels]
-    spaces = sorted(dummies)
+    dummies, targets, spaces = dummy_targets(factors, externals)
     memo: dict[_Factor, tuple[_Factor, int]] = {}
     best: tuple[_Factor, ...] | None = None
     best_order: list | None = None

@@ -219,12 +219,11 @@ def _symmetric_spellings(f: _Factor, real: bool, hermitian: bool = False) -> lis
     return out
 
 
-def _canonical_factors(factors: Sequence[_Factor], externals: tuple[Index, ...],
-                       real: frozenset[str], hermitian: frozenset[str] = frozenset(),
-                       spell=None) -> tuple[_Factor, ...]:
-    """Smallest spelling over renamings of summed indices and factor symmetries
-    (``spell(factor)``: its equal spellings; default: particle symmetry plus ``real`` /
-    ``hermitian`` swaps)."""
+def dummy_targets(factors: Sequence[_Factor], externals: tuple[Index, ...]
+                  ) -> tuple[dict[str, list[Index]], dict[str, list[Index]], list[str]]:
+    """The summed indices of a product per space, the canonical labels they may take (the
+    lowest numbers no fixed index of that space uses) and the spaces in order: what a
+    search over renamings of the dummies runs over."""
     counts: dict[Index, int] = {}
     for _, bra, ket in factors:
         for x in bra + ket:
@@ -240,6 +239,16 @@ def _canonical_factors(factors: Sequence[_Factor], externals: tuple[Index, ...],
         numbers = (n for n in itertools.count(1) if n not in used)
         targets[space] = [Index(space, next(numbers)) for _ in labels]
     spaces = sorted(dummies)
+    return dummies, targets, spaces
+
+
+def _canonical_factors(factors: Sequence[_Factor], externals: tuple[Index, ...],
+                       real: frozenset[str], hermitian: frozenset[str] = frozenset(),
+                       spell=None) -> tuple[_Factor, ...]:
+    """Smallest spelling over renamings of summed indices and factor symmetries
+    (``spell(factor)``: its equal spellings; default: particle symmetry plus ``real`` /
+    ``hermitian`` swaps)."""
+    dummies, targets, spaces = dummy_targets(factors, externals)
     best: tuple[_Factor, ...] | None = None
     for perms in itertools.product(*(itertools.permutations(targets[s]) for s in spaces)):
         rename = {x: y for s, perm in zip(spaces, perms) for x, y in zip(dummies[s], perm)}
