@@ -6,6 +6,7 @@
     sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
     sequant-eval regen-equations [--check]                     re-derive the CC equations
     sequant-eval snapshots [--update]                          schedule snapshots (schedules/)
+    sequant-eval clean DIR [--all] [--dry-run]                 remove stale scratch files
 
 Every mistake (a missing file, a malformed budget, bad equation text) is one line on
 stderr and exit status 2; no traceback. Exit statuses (``EXIT_CODES``):
@@ -15,6 +16,10 @@ stderr and exit status 2; no traceback. Exit statuses (``EXIT_CODES``):
     2  a usage mistake or a refused input (bad flag, file, molecule, budget, option)
     3  an I/O failure: a file the run writes could not be written (disk full, a
        read-only folder for --integrals-on-disk, --chkfile or --json)
+
+A run stopped by SIGTERM exits with status 143 (Ctrl-C: 130) after removing its scratch
+files; what a run killed with SIGKILL left is removed by the next run in the folder, or by
+``sequant-eval clean DIR``.
 """
 from __future__ import annotations
 
@@ -400,6 +405,31 @@ def _cmd_snapshots(args: argparse.Namespace) -> int:
     return 1 if stale else 0
 
 
+def _cmd_clean(args: argparse.Namespace) -> int:
+    """Remove what runs that are gone left in DIR (scratch files, integral files that can
+    never be reused; with ``--all`` every integral file), printing each file."""
+    from .chem.scratch import clean
+    from .units import format_bytes
+
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise UsageError(f"clean {args.dir}: no such folder")
+    done = clean(folder, everything=args.all, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for item in done:
+        if item.kept:
+            print(f"kept {item.path}: {item.why}")
+        else:
+            print(f"{verb} {item.path} ({format_bytes(item.size)}): {item.why}")
+    gone = [r for r in done if not r.kept]
+    if gone:
+        print(f"{verb} {len(gone)} files ({format_bytes(sum(r.size for r in gone))}) from "
+              f"{folder}")
+    else:
+        print(f"nothing to remove in {folder}")
+    return 0
+
+
 def _policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contracted", help="spaces batchable where summed, e.g. Κ or Κ,i")
     p.add_argument("--external", help="spaces batchable where open on a result, e.g. i")
@@ -496,12 +526,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--update", action="store_true", help="rewrite the stored dumps")
     p.add_argument("--dir", default=None, help="snapshot folder (default: schedules/)")
     p.set_defaults(func=_cmd_snapshots)
+    p = sub.add_parser("clean", help="remove the scratch files runs that are gone left in "
+                                     "DIR (and, with --all, the integral files)",
+                       epilog=_EPILOG)
+    p.add_argument("dir", metavar="DIR", help="a folder given to --integrals-on-disk (or "
+                                              "holding a --chkfile)")
+    p.add_argument("--all", action="store_true",
+                   help="also remove every integral file the package wrote there (never a "
+                        "live run's scratch, never a checkpoint)")
+    p.add_argument("--dry-run", action="store_true", help="only print what would go")
+    p.set_defaults(func=_cmd_clean)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        with _terminated_as_exit():
+            return args.func(args)
+    except KeyboardInterrupt:
+        print("sequant-eval: interrupted", file=sys.stderr)
+        return 130
     except InfeasibleBudget as err:
         print(f"sequant-eval: error: {_infeasible(err, args)}", file=sys.stderr)
         return EXIT_USAGE
@@ -514,6 +558,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:                     # an I/O failure no layer named: still one line
         print(f"sequant-eval: error: I/O failure: {_first_line(err)}", file=sys.stderr)
         return EXIT_IO
+
+
+@contextmanager
+def _terminated_as_exit():
+    """While the command runs, SIGTERM (``kill PID``) is an ordinary exit (status 143):
+    the ``finally`` blocks run and the run's scratch files are removed. (SIGKILL cannot
+    be caught: the next run in the folder, or ``sequant-eval clean``, removes them.)"""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _first_line(err: BaseException) -> str:

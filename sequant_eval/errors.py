@@ -28,6 +28,7 @@ __all__ = [
     "StorageError",
     "OptionError",
     "ClosedError",
+    "FileMismatch",
 ]
 
 
@@ -197,3 +198,16 @@ class OptionError(SequantEvalError, ValueError):
 
 class ClosedError(SequantEvalError):
     """An object used after its ``close()``: its files are closed; make a new one."""
+
+
+class FileMismatch(SequantEvalError):
+    """A file the package wrote earlier (an integral file, a checkpoint) that does not hold
+    what its header says: a block whose checksum differs (the file was changed after it
+    was written), a header of another format or of another system, a missing block.
+    ``path`` names the file, ``reasons`` each thing that differs. Such a file is never
+    used: an integral file is rewritten, a checkpoint refused."""
+
+    def __init__(self, message: str, path=None, reasons: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.reasons = tuple(reasons)
+        super().__init__(message)

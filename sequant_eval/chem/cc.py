@@ -394,9 +394,13 @@ class CoupledCluster:
         if len(amplitudes) != len(self.amplitudes):
             raise InputTypeError(f"{self.method} residual takes {', '.join(self.amplitudes)}; "
                                  f"got {len(amplitudes)} arrays")
-        t = {k: np.ascontiguousarray(swap_halves(x)) for k, x in zip(self.amplitudes, amplitudes)}
+        # out of core the solve works in the integral file's orbitals (their signs may
+        # differ from the run's: IntegralFile.flip); in memory `flip` is a copy
+        flip = getattr(self.integrals, "flip", np.array)
+        t = {k: np.ascontiguousarray(flip(swap_halves(x)))
+             for k, x in zip(self.amplitudes, amplitudes)}
         e, r = self.residual_function()(t)
-        return (e, *(swap_halves(r[k]) for k in self.amplitudes))
+        return (e, *(swap_halves(flip(r[k])) for k in self.amplitudes))
 
     # ------------------------------------------------------------------ solving
     def kernel(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None):

@@ -12,9 +12,13 @@ Orbitals that came out of the SCF with other signs (an eigensolver's choice, whi
 change from one process to the next) are the same orbitals: the amplitudes and DIIS
 vectors are read with those signs applied (:class:`Phases`).
 
-Each write goes to a temporary file in the same folder, which then replaces the
-checkpoint (``os.replace``): a run killed at any point leaves the previous checkpoint or
-the new one, never half of one.
+Each write goes to a temporary file in the same folder (``.NAME.PID.tmp``, removed on any
+failure; one a killed run left is removed by the next run that writes the checkpoint),
+which then replaces the checkpoint (``os.replace``): a run killed at any point leaves the
+previous checkpoint or the new one, never half of one. Every dataset carries a checksum
+(``checksum`` attribute, BLAKE2b over its float64 values), recomputed when the checkpoint
+is opened: a checkpoint changed or damaged after it was written is refused
+(:class:`CheckpointCorrupt`), never restarted from.
 """
 from __future__ import annotations
 
@@ -28,19 +32,22 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError, CheckpointMismatch
+from ..errors import CheckpointError, CheckpointMismatch, FileMismatch
 from .diis import slabs
 from .files import discard, storage_error
+from .provenance import dataset_checksum
 from .solver import IterationRecord, SolverState
 
-__all__ = ["Fingerprint", "Phases", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE"]
+__all__ = ["Fingerprint", "Phases", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE",
+           "CheckpointCorrupt", "remove_stale_temporaries"]
 
 #: Orbital coefficients may differ by this much (max abs, after aligning their signs)
 #: between the run that wrote a checkpoint and the run restarted from it (an SCF converged
 #: again to the same state).
 ORBITAL_TOLERANCE = 1e-6
 
-_FORMAT = 1
+#: 2: every dataset carries a checksum (``checksum`` attribute), verified on opening.
+_FORMAT = 2
 _RECORD_FIELDS = ("iteration", "e_corr", "delta_e", "residual_norm", "diis_size")
 
 
@@ -217,10 +224,65 @@ def write_checkpoint(path: str | os.PathLike, fingerprint: Fingerprint,
                 len(rows), len(_RECORD_FIELDS)))
             if state.diis is not None:
                 state.diis.export(h5.create_group("diis"))
+            _seal(h5)
         os.replace(tmp, path)
     except OSError as err:
         discard(tmp)
         raise storage_error("checkpoint", path, err) from err
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def _datasets(h5: Any) -> list[tuple[str, Any]]:
+    out: list = []
+    h5.visititems(lambda name, obj: out.append((name, obj)) if hasattr(obj, "shape") else None)
+    return out
+
+
+def _seal(h5: Any) -> None:
+    """A checksum on every dataset of the file (read back slab by slab)."""
+    for _, ds in _datasets(h5):
+        ds.attrs["checksum"] = dataset_checksum(ds, 8 << 20)
+
+
+class CheckpointCorrupt(CheckpointError, FileMismatch):
+    """A checkpoint whose blocks do not hold what was written (a checksum differs, one is
+    missing): changed after it was written, or damaged. Never restarted from."""
+
+
+def _verify(h5: Any, path: Path) -> None:
+    """Every dataset's checksum recomputed (slab by slab); a mismatch is CheckpointCorrupt."""
+    bad = []
+    for name, ds in _datasets(h5):
+        stored = ds.attrs.get("checksum")
+        try:
+            if stored is None or dataset_checksum(ds, 8 << 20) != str(stored):
+                bad.append(name)
+        except OSError:
+            bad.append(name)
+    if bad:
+        raise CheckpointCorrupt(
+            f"checkpoint {path} does not verify: the checksum of {', '.join(bad[:4])}"
+            f"{' and more' if len(bad) > 4 else ''} differs from the one written (the file "
+            "was changed or damaged after it was written); restart from another checkpoint "
+            "or start afresh without restart", path, tuple(f"{n} checksum differs" for n in bad))
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries ``.NAME.PID.tmp`` beside checkpoint ``path`` that a killed
+    run left (its process is gone; :mod:`~sequant_eval.chem.scratch`); best effort."""
+    from .scratch import clean
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    mine = [r for r in clean(path.parent, scratch_only=True, strict=False, dry_run=True)
+            if not r.kept and r.path.name.startswith(f".{path.name}.")
+            and r.path.name.endswith(".tmp")]
+    for item in mine:
+        discard(item.path)
+    return [r.path for r in mine]
 
 
 def _copy_block(group: Any, name: str, block: Any) -> None:
@@ -272,6 +334,7 @@ def open_checkpoint(path: str | os.PathLike):
         if h5.attrs.get("format") != _FORMAT or "fingerprint" not in h5:
             raise CheckpointError(f"{path} is not a checkpoint of this version "
                                   f"(format {h5.attrs.get('format')!r}, expected {_FORMAT})")
+        _verify(h5, path)
         history = tuple(IterationRecord(int(r[0]), float(r[1]), float(r[2]), float(r[3]),
                                         int(r[4])) for r in np.asarray(h5["history"]))
         yield Checkpoint(path, Fingerprint.read(h5["fingerprint"]), history,

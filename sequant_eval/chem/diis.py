@@ -133,15 +133,22 @@ class HDF5DIIS:
     """
 
     def __init__(self, path: str | os.PathLike, space: int,
-                 chunk_elements: int = 1 << 17) -> None:
+                 chunk_elements: int = 1 << 17, made_from: str = "") -> None:
         import h5py
+
+        from .scratch import scratch_header
 
         self.space = int(space)
         self.path = Path(path)
         self.chunk = int(chunk_elements)
-        self._file = h5py.File(self.path, "w")
         self._slots: list[int] = []                 # file rows, oldest first
         self._overlap = np.zeros((0, 0))
+        try:
+            self._file = h5py.File(self.path, "w")
+            scratch_header(self._file, "diis", made_from)
+        except BaseException:
+            self.close()
+            raise
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -238,12 +245,15 @@ class HDF5DIIS:
         self._overlap = np.asarray(group["overlap"], dtype=np.float64)[first:, first:]
 
     def close(self) -> None:
-        """Close the file and remove it (the vectors are scratch)."""
-        if self._file.id.valid:
-            self._file.close()
+        """Close the file and remove it (the vectors are scratch; never reused)."""
         from .files import discard
 
-        discard(self.path)
+        h5 = getattr(self, "_file", None)
+        try:
+            if h5 is not None and h5.id.valid:
+                h5.close()
+        finally:
+            discard(self.path)
 
 
 def slabs(shape: tuple[int, ...], elements: int):

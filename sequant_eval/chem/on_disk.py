@@ -10,13 +10,24 @@ hands the evaluator a block mapping of ``h5py`` datasets, which it reads per bat
 (``docs/design.md`` §5.7): every batch is charged its footprint and read from the file
 when needed. The Fock matrix is small and stays in memory.
 
-The file is named after the reference (geometry, basis, orbitals, frozen core and the
-blocks), so a second run on the same mean field reuses it; it is written under a temporary
-name and renamed when complete, so a half-written file is never read.
+The file is named after what the integrals are made of — a canonical description
+(:mod:`~sequant_eval.chem.provenance`: molecule, geometry, basis, charge and spin, the
+reference, the frozen orbitals, the blocks), with no bit-exact float of the SCF in it — so
+two runs of one system, each with its own SCF, name one file. Its header holds the format
+version, that description, the orbitals it was written with and a checksum per block. A
+second run reuses it only after checking all of these (the orbitals to 1e-8 with each
+orbital's sign aligned: an SCF may return an orbital with the other sign, and the solve
+then works in the file's orbitals, :meth:`IntegralFile.flip`); a file that does not
+verify (changed after it was written, of another system or format, unreadable) is never
+used but written afresh, and the run summary says which happened ("reused, verified",
+"written", "rewritten (why)"). It is written under a temporary name and renamed when
+complete, so a half-written file is never read; the temporary is removed on any failure,
+and one left by a killed run is removed by the next (:mod:`~sequant_eval.chem.scratch`).
 """
 from __future__ import annotations
 
-import hashlib
+import json
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,10 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from sequant_eval.errors import MissingTensor, SequantEvalError, UsageError
+from sequant_eval.errors import FileMismatch, MissingTensor, SequantEvalError, UsageError
 
 from .files import discard, storage_error
 from .integrals import _sub_block
+from .provenance import (FORMAT, Checksum, dataset_checksum, description, description_key,
+                         differing_parts, orbital_signs, rows_per_slab)
+from .scratch import owned, scratch_header, token
 from .process_memory import release_free_memory
 from .diis import slabs
 from .solver import OrbitalDenominators
@@ -37,7 +51,7 @@ __all__ = ["IntegralFile", "AmplitudeFile", "integral_blocks", "DEFAULT_SLAB_BYT
 #: The writer's slab: at most this many bytes of one block are computed at a time.
 DEFAULT_SLAB_BYTES = 32 << 20
 
-_FORMAT = 1
+log = logging.getLogger("sequant_eval.chem")
 
 
 def integral_blocks(equations, extents: Mapping[str, int],
@@ -56,17 +70,8 @@ def _dataset_name(tensor: str, spaces: tuple[str, ...]) -> str:
     return f"{tensor}/{','.join(spaces)}"
 
 
-def _fingerprint(ints: Any, blocks) -> str:
-    """A digest of what the integrals depend on: molecule and basis (PySCF's ``_atm``,
-    ``_bas``, ``_env``), orbitals, frozen orbitals, the integral class and the blocks."""
-    mf = ints.scf
-    mol = mf.mol
-    h = hashlib.sha256()
-    h.update(f"{_FORMAT}:{type(ints).__name__}:{tuple(ints.frozen)}:{sorted(ints.extents.items())}"
-             f":{blocks}".encode())
-    for part in (mol._atm, mol._bas, mol._env, np.asarray(mf.mo_coeff), np.asarray(mf.mo_occ)):
-        h.update(np.ascontiguousarray(part).tobytes())
-    return h.hexdigest()[:16]
+def _block_label(tensor: str, spaces: tuple[str, ...]) -> str:
+    return f"{tensor}{{{','.join(spaces)}}}"
 
 
 class IntegralFile:
@@ -76,11 +81,19 @@ class IntegralFile:
     solver needs them: ``nocc``, ``nvir``, ``frozen``, ``nfrozen``, ``e_hf``, ``extents``, ``scf``,
     ``fock(spaces, ranges)``, ``eri(spaces, ranges)`` (read from disk, never cached) and
     :meth:`tensors` for the evaluator. ``path`` is the file, ``written_bytes`` the bytes of
-    the blocks in it, ``reused`` whether an existing complete file was opened instead.
+    the blocks in it; ``status`` says where it came from: ``"written"``, ``"reused,
+    verified"`` (an existing file whose header and checksums matched) or ``"rewritten
+    (why)"`` (an existing file that did not verify); ``reused`` is whether it was reused.
+
+    ``signs``: None, or per space (``"i"``, ``"a"``) the sign (±1 per orbital) of the
+    file's orbitals relative to the run's, when the SCF returned some orbitals with the
+    other sign. The file's orbitals are then the ones the solve works in: :meth:`fock`
+    and :meth:`orbitals` are given in them, and :meth:`flip` takes amplitudes from one
+    to the other (the method applies it to the amplitudes it is given and returns).
     """
 
-    def __init__(self, path: Path, ints: Any, fock: dict[tuple[str, ...], np.ndarray],
-                 h5: Any, reused: bool) -> None:
+    def __init__(self, path: Path, ints: Any, h5: Any, status: str,
+                 signs: dict[str, np.ndarray] | None = None) -> None:
         self.path = path
         self.nocc, self.nvir = ints.nocc, ints.nvir
         self.frozen, self.nfrozen = tuple(ints.frozen), ints.nfrozen
@@ -88,14 +101,20 @@ class IntegralFile:
         self.extents = dict(ints.extents)
         self.scf = ints.scf
         self.kind = type(ints).__name__
-        self.reused = reused
-        self._orbitals = {s: np.array(c) for s, c in ints.orbitals().items()}
-        self._fock = fock
+        self.status, self.reused, self.signs = status, status.startswith("reused"), signs
+        self.removed: list = []                   # stale scratch removed before (OnDisk)
+        one = {s: np.ones(n) for s, n in self.extents.items()}
+        sign = signs or one
+        self._orbitals = {s: np.array(c) * sign[s] for s, c in ints.orbitals().items()}
+        self._fock = {}
+        for sp in (("i", "i"), ("i", "a"), ("a", "i"), ("a", "a")):
+            block = np.array(ints.fock(sp)) * np.outer(sign[sp[0]], sign[sp[1]])
+            block.setflags(write=False)
+            self._fock[sp] = block
         self._h5 = h5
         self._data: dict[str, dict[tuple[str, ...], Any]] = {}
-        for tensor in h5:
-            for name, ds in h5[tensor].items():
-                self._data.setdefault(tensor, {})[tuple(name.split(","))] = ds
+        for tensor, spaces in _stored_blocks(h5):
+            self._data.setdefault(tensor, {})[spaces] = h5[_dataset_name(tensor, spaces)]
         self.written_bytes = sum(ds.size * ds.dtype.itemsize
                                  for blocks in self._data.values() for ds in blocks.values())
 
@@ -105,14 +124,23 @@ class IntegralFile:
               blocks: Iterable[tuple[str, tuple[str, ...]]], *,
               slab_bytes: float = DEFAULT_SLAB_BYTES, reuse: bool = True) -> "IntegralFile":
         """Write ``blocks`` (``(tensor, spaces)`` pairs) of ``ints`` to an HDF5 file in
-        ``directory`` and open it for reading.
+        ``directory`` and open it for reading — or reuse the file there of the same
+        reference, after verifying it.
 
-        ``ints`` is an in-memory integral object with ``block_rows`` (spin-orbital or
-        closed-shell); nothing it caches is filled. Each block is computed and written in
+        The file is named after the canonical description of what the integrals depend
+        on (:func:`~sequant_eval.chem.provenance.description`), so two SCF runs of one
+        system name one file. An existing file is reused only when its header (format,
+        description, orbitals to :data:`~sequant_eval.chem.provenance.ORBITAL_TOLERANCE`
+        with the signs aligned) and the checksum of every block match; otherwise it is
+        rewritten (``status`` says why). ``ints`` is an in-memory integral object with
+        ``block_rows``; nothing it caches is filled. Each block is computed and written in
         slabs of at most ``slab_bytes`` (at least one row step), so the writer's peak is
         one slab plus the spatial integrals under it: within two slabs and a fixed
-        ~128 KiB (h5py objects, NumPy's ufunc buffers; ``tests/chem/test_out_of_core.py``).
-        ``g{a,a;i,i}`` is always included (the MP2 guess reads it).
+        ~128 KiB (h5py objects, NumPy's ufunc buffers; ``tests/chem/test_out_of_core.py``);
+        verifying reads one slab at a time. ``g{a,a;i,i}`` is always included (the MP2
+        guess reads it). The file is written under a temporary name
+        (``integrals-KEY.PID.TOKEN.partial``, removed on any failure) and renamed when
+        complete.
 
         Raises
         ------
@@ -131,34 +159,19 @@ class IntegralFile:
             raise MissingTensor(f"{type(ints).__name__} cannot write its integrals in slabs "
                                 f"(no block_rows); use a spin-orbital or closed-shell RHF")
         blocks = tuple(sorted(set(blocks) | {("g", ("a", "a", "i", "i"))}))
-        path = folder / f"integrals-{_fingerprint(ints, blocks)}.h5"
-        fock = {}
-        for sp in (("i", "i"), ("i", "a"), ("a", "i"), ("a", "a")):
-            fock[sp] = np.array(ints.fock(sp))
-            fock[sp].setflags(write=False)
+        desc = description(ints, blocks)
+        path = folder / f"integrals-{description_key(desc)}.h5"
+        status = "written"
         if reuse and path.is_file():
             try:
-                h5 = h5py.File(path, "r")
-                if h5.attrs.get("complete", False) and all(
-                        _dataset_name(t, s) in h5 for t, s in blocks):
-                    return cls(path, ints, fock, h5, reused=True)
-                h5.close()
-            except OSError:
-                pass                                  # unreadable: written afresh below
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        try:
-            with h5py.File(partial, "w") as h5:
-                h5.attrs["format"] = _FORMAT
-                h5.attrs["integrals"] = type(ints).__name__
-                for tensor, spaces in blocks:
-                    _write_block(h5, ints, tensor, spaces, slab_bytes)
-                h5.attrs["complete"] = True
-            os.replace(partial, path)
-            release_free_memory()
-        except OSError as err:
-            discard(partial)
-            raise storage_error("integrals on disk", partial, err) from err
-        return cls(path, ints, fock, h5py.File(path, "r"), reused=False)
+                h5, signs = _open_verified(path, desc, ints, blocks, slab_bytes)
+                return cls(path, ints, h5, "reused, verified", signs)
+            except FileMismatch as err:
+                status = f"rewritten ({'; '.join(err.reasons)})"
+                log.warning("integrals on disk: %s does not verify (%s); writing it afresh",
+                            path, "; ".join(err.reasons))
+        _write_file(path, ints, desc, blocks, slab_bytes)
+        return cls(path, ints, h5py.File(path, "r"), status)
 
     # ------------------------------------------------------------------ providers
     def tensors(self) -> dict[str, Any]:
@@ -178,8 +191,28 @@ class IntegralFile:
         return self._read("L", spaces, ranges)
 
     def orbitals(self) -> dict[str, np.ndarray]:
-        """The orbitals of the integrals written (see the in-memory classes)."""
+        """The orbitals of the integrals in the file (the run's, with :attr:`signs`)."""
         return self._orbitals
+
+    def flip(self, x: np.ndarray) -> np.ndarray:
+        """Amplitudes (one block, solver layout: virtual axes first) taken between the
+        run's orbitals and the file's (:attr:`signs`; its own inverse); a new array."""
+        x = np.array(x, dtype=np.float64)
+        if self.signs is None:
+            return x
+        n = x.ndim // 2
+        for axis, space in enumerate("a" * n + "i" * n):
+            x *= self.signs[space].reshape((-1,) + (1,) * (x.ndim - axis - 1))
+        return x
+
+    def verify(self) -> None:
+        """Recompute the checksum of every block; a block that differs from the one
+        written (the file was changed since) is a :class:`FileMismatch`."""
+        blocks = [(t, s) for t, b in self._data.items() for s in b]
+        reasons = _check_blocks(self._h5, blocks, self.extents, DEFAULT_SLAB_BYTES)
+        if reasons:
+            raise FileMismatch(f"{self.path} does not verify: {'; '.join(reasons)}",
+                               self.path, tuple(reasons))
 
     def close(self) -> None:
         """Close the file (the evaluator cannot read it afterwards)."""
@@ -197,17 +230,56 @@ class IntegralFile:
 
     def __repr__(self) -> str:
         return (f"IntegralFile({str(self.path)!r}, {self.kind}, nocc={self.nocc}, "
-                f"nvir={self.nvir}, {self.written_bytes / 2**30:.2f} GiB)")
+                f"nvir={self.nvir}, {self.written_bytes / 2**30:.2f} GiB, {self.status})")
+
+
+def _stored_blocks(h5: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The ``(tensor, spaces)`` blocks a file holds (its header's list)."""
+    out = []
+    for label in json.loads(h5.attrs["description"])["blocks"]:
+        tensor, _, spaces = label.partition("{")
+        out.append((tensor, tuple(spaces.rstrip("}").split(","))))
+    return out
+
+
+# ---------------------------------------------------------------------- writing
+def _write_file(path: Path, ints: Any, desc: dict, blocks, slab_bytes: float) -> None:
+    """The whole file, through a ``.partial`` beside it (removed on any failure), under
+    this process's lock in the folder (:mod:`~sequant_eval.chem.scratch`)."""
+    import h5py
+
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.{token()}.partial")
+    with owned(path.parent):
+        try:
+            with h5py.File(partial, "w") as h5:
+                h5.attrs["format"], h5.attrs["writer"] = FORMAT, "sequant-eval"
+                h5.attrs["kind"], h5.attrs["integrals"] = "integrals", type(ints).__name__
+                h5.attrs["description"] = json.dumps(desc, sort_keys=True)
+                for space, coeff in ints.orbitals().items():
+                    h5.create_dataset(f"header/orbitals/{space}",
+                                      data=np.asarray(coeff, dtype=np.float64))
+                for tensor, spaces in blocks:
+                    _write_block(h5, ints, tensor, spaces, slab_bytes)
+                h5.attrs["complete"] = True
+            os.replace(partial, path)
+        except OSError as err:
+            discard(partial)
+            raise storage_error("integrals on disk", partial, err) from err
+        except BaseException:
+            discard(partial)
+            raise
+    release_free_memory()
 
 
 def _write_block(h5: Any, ints: Any, tensor: str, spaces: tuple[str, ...],
                  slab_bytes: float) -> None:
-    """One dataset, written in slabs of whole rows (a multiple of ``ints.ROW_STEP``)."""
+    """One dataset, written in slabs of whole rows (a multiple of ``ints.ROW_STEP``), and
+    its checksum (attribute ``checksum``) over the slabs as written."""
     shape = tuple(ints.extents[s] for s in spaces)
     ds = h5.create_dataset(_dataset_name(tensor, spaces), shape=shape, dtype=np.float64)
-    row_bytes = 8 * int(np.prod(shape[1:], dtype=np.int64))
     step = getattr(ints, "ROW_STEP", 1)
-    rows = max(step, int(slab_bytes // max(1, row_bytes)) // step * step)
+    rows = max(step, rows_per_slab(shape, slab_bytes) // step * step)
+    checksum = Checksum()
     for start in range(0, shape[0], rows):
         stop = min(shape[0], start + rows)
         slab = ints.block_rows(tensor, spaces, start, stop)
@@ -215,7 +287,80 @@ def _write_block(h5: Any, ints: Any, tensor: str, spaces: tuple[str, ...],
             raise SequantEvalError(f"block_rows of {tensor}{spaces} rows {start}:{stop} "
                                    f"returned shape {slab.shape}")
         ds[start:stop] = slab
+        checksum.update(slab)
         del slab
+    ds.attrs["checksum"] = checksum.text()
+
+
+# ---------------------------------------------------------------------- verifying
+def _open_verified(path: Path, desc: dict, ints: Any, blocks, slab_bytes: float):
+    """``(h5, signs)``: the file at ``path`` open for reading, its header and every
+    block's checksum matching this run's; else a FileMismatch naming what differs."""
+    import h5py
+
+    try:
+        h5 = h5py.File(path, "r")
+    except OSError as err:
+        reason = f"unreadable ({str(err).splitlines()[0]})"
+        raise FileMismatch(f"{path} does not verify: {reason}", path, (reason,)) from err
+    try:
+        reasons, signs = _check_header(h5, desc, ints)
+        if not reasons:
+            reasons = _check_blocks(h5, blocks, ints.extents, slab_bytes)
+    except BaseException:
+        h5.close()
+        raise
+    if reasons:
+        h5.close()
+        raise FileMismatch(f"{path} does not verify: {'; '.join(reasons)}", path,
+                           tuple(reasons))
+    return h5, signs
+
+
+def _check_header(h5: Any, desc: dict, ints: Any):
+    """``(reasons, signs)``: what in the header differs from this run's (format,
+    completeness, description, orbitals), and the orbitals' signs when nothing does."""
+    fmt = h5.attrs.get("format")
+    if fmt != FORMAT:
+        return [f"format {fmt} (this version writes {FORMAT})"], None
+    if not h5.attrs.get("complete", False) or "description" not in h5.attrs:
+        return ["incomplete"], None
+    stored = json.loads(h5.attrs["description"])
+    parts = differing_parts(stored, desc)
+    if parts:
+        return [f"made from another system (differs in: {', '.join(parts)})"], None
+    group = h5.get("header/orbitals")
+    orbitals = {s: np.asarray(d[()]) for s, d in group.items()} if group is not None else {}
+    signs, reason = orbital_signs(orbitals, {s: np.asarray(c, dtype=np.float64)
+                                             for s, c in ints.orbitals().items()})
+    if reason is not None:
+        return [reason], None
+    if all(np.all(v > 0) for v in signs.values()):
+        signs = None
+    return [], signs
+
+
+def _check_blocks(h5: Any, blocks, extents, slab_bytes: float) -> list[str]:
+    """What is wrong with the blocks: missing, another shape, no checksum, or a checksum
+    that differs from the one written."""
+    out = []
+    for tensor, spaces in blocks:
+        label = _block_label(tensor, spaces)
+        ds = h5.get(_dataset_name(tensor, spaces))
+        shape = tuple(extents[s] for s in spaces)
+        if ds is None or tuple(ds.shape) != shape or ds.dtype != np.float64:
+            out.append(f"block {label} is missing or has another shape")
+            continue
+        stored = ds.attrs.get("checksum")
+        try:
+            ok = stored is not None and dataset_checksum(ds, slab_bytes) == str(stored)
+        except OSError as err:
+            out.append(f"block {label} cannot be read ({str(err).splitlines()[0]})")
+            continue
+        if not ok:
+            out.append(f"block {label} checksum differs (the file was changed after it was "
+                       "written)")
+    return out
 
 
 class AmplitudeFile:
@@ -225,22 +370,28 @@ class AmplitudeFile:
     datasets the evaluator reads per batch and the solver updates slab by slab
     (``slab_elements`` at a time), so no doubles-sized array is held between residuals:
     the iteration then holds ``t1`` and a slab or two besides the residual. The file is
-    scratch: :meth:`close` removes it.
+    scratch: :meth:`close` removes it (and a failure while it is made); its header says
+    what it is and whose (:func:`scratch_header`), and it is never reused: one a killed
+    run left is removed by the next run (:mod:`~sequant_eval.chem.scratch`).
     """
 
     def __init__(self, path: str | os.PathLike, t2_shape: tuple[int, ...],
-                 slab_elements: int, exchange: bool = False) -> None:
+                 slab_elements: int, exchange: bool = False, made_from: str = "") -> None:
         import h5py
 
         self.path = Path(path)
         self.slab = int(slab_elements)
         try:
             self._h5 = h5py.File(self.path, "w")
-        except OSError as err:
-            raise storage_error("amplitudes on disk", self.path, err) from err
-        self.t2 = self._h5.create_dataset("t2", shape=t2_shape, dtype=np.float64)
-        self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
-            if exchange else None
+            scratch_header(self._h5, "amplitudes", made_from)
+            self.t2 = self._h5.create_dataset("t2", shape=t2_shape, dtype=np.float64)
+            self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
+                if exchange else None
+        except BaseException as err:
+            self.close()
+            if isinstance(err, OSError):
+                raise storage_error("amplitudes on disk", self.path, err) from err
+            raise
 
     def mp2_guess(self, ints: Any, d: OrbitalDenominators) -> dict[str, Any]:
         """``t1 = 0`` and ``t2 = g{a,a;i,i} / D2`` written slab by slab (the amplitudes
@@ -264,6 +415,10 @@ class AmplitudeFile:
 
     def close(self) -> None:
         """Close the file and remove it."""
-        if self._h5.id.valid:
-            self._h5.close()
-        discard(self.path)
+        h5 = getattr(self, "_h5", None)
+        try:
+            if h5 is not None and h5.id.valid:
+                h5.close()
+        finally:
+            discard(self.path)
+

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..expr import to_text
-from .checkpoint import Fingerprint, open_checkpoint, write_checkpoint
+from .checkpoint import (Fingerprint, open_checkpoint, remove_stale_temporaries,
+                         write_checkpoint)
 from .process_memory import release_free_memory
 from .solver import IterationRecord, SolverState, solve_cc, swap_halves
 
@@ -41,6 +42,8 @@ class Solve:
         self.cc, self.given = cc, given
         self.meters: list = []
         self.fingerprint = fingerprint(cc) if (cc.chkfile or cc.restart) else None
+        if cc.chkfile:
+            remove_stale_temporaries(cc.chkfile)      # of a run killed while writing it
         self.clock = time.perf_counter()
         self.start_iteration = 0
 
@@ -87,8 +90,8 @@ class Solve:
                 return t, list(ck.history)
         t = session.guess()
         if self.given:
-            t = session.restore({k: swap_halves(self.given[k]) if k in self.given else v
-                                 for k, v in t.items()})
+            t = session.restore({k: session.adopt(swap_halves(self.given[k]))
+                                 if k in self.given else v for k, v in t.items()})
         return t, []
 
     def _on_iteration(self, record: IterationRecord, state: SolverState) -> None:

@@ -81,7 +81,8 @@ class GeneralSpinOrbitalIntegrals(FockBlocks):
     meaning, :func:`spin_orbitals_of_frozen`), spin orbitals for a GHF (``GCCSD``'s).
 
     Attributes: ``nocc``, ``nvir`` (active spin orbitals), ``frozen`` (the frozen spin
-    orbitals' indices), ``nfrozen``, ``e_hf``, ``extents``, ``scf`` (the converted GHF object).
+    orbitals' indices), ``nfrozen``, ``e_hf``, ``extents``, ``scf`` (the converted GHF object),
+    ``reference`` (the class name of the SCF it was converted from).
     """
 
     def __init__(self, mf: Any, frozen: Any = 0) -> None:
@@ -97,6 +98,7 @@ class GeneralSpinOrbitalIntegrals(FockBlocks):
             frozen = list(spin_orbitals_of_frozen(frozen, ghf))
         occ, vir, self.frozen = active_orbitals(frozen, occ_idx)
         self.scf, self.nfrozen, self.e_hf = ghf, len(self.frozen), e_tot
+        self.reference = type(mf).__name__       # UHF or ROHF: the GHF is converted from it
         self.nocc, self.nvir = occ.size, vir.size
         self.extents: dict[str, int] = {"i": self.nocc, "a": self.nvir}
         fock = mo.T @ ghf.get_fock(dm=ghf.make_rdm1(mo, occ_idx)) @ mo

@@ -6,7 +6,10 @@ integral blocks the equations read to an HDF5 file there once (in slabs,
 doubles amplitudes (``t2``, and ``u2 = 2 t2 - t2~`` for the exchange-folded closed shell)
 and the DIIS vectors live in HDF5 files beside it and are updated slab by slab, so the
 iteration holds ``t1`` and two slab buffers (:meth:`OnDisk.held_bytes`) besides one residual
-evaluation; the budget then bounds the whole iteration.
+evaluation; the budget then bounds the whole iteration. The integral file is reused by
+later runs of the same system after its header and checksums verify; the amplitude and
+DIIS files are scratch, removed when the solve ends however it ends, and those a killed
+run left are removed when the next run starts in the folder (:mod:`~sequant_eval.chem.scratch`).
 
 A strategy answers four questions for the method: its integrals (:meth:`integrals`), what
 the solver holds beside each residual (:meth:`held_bytes`), and, per solve, a *session*
@@ -16,6 +19,7 @@ and the converged amplitudes in memory at the end.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +32,8 @@ from .diis import DIIS, HDF5DIIS, slabs
 from .solver import denominators, mp2_guess, orbital_denominators
 
 __all__ = ["InMemory", "OnDisk", "Storage"]
+
+log = logging.getLogger("sequant_eval.chem")
 
 
 def _exchange(t2: np.ndarray) -> np.ndarray:
@@ -64,6 +70,11 @@ class _MemorySession:
         return out
 
     exchange = staticmethod(_exchange)
+
+    @staticmethod
+    def adopt(x: np.ndarray) -> np.ndarray:
+        """Given amplitudes as the solve works on them (in memory: themselves)."""
+        return x
 
     def finish(self, t: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return dict(t)
@@ -106,25 +117,34 @@ def diis_chunk(ints: Any) -> int:
 
 
 class _DiskSession:
-    """One lean solve: ``t2`` (and ``u2``) and the DIIS vectors in HDF5 scratch files."""
+    """One lean solve: ``t2`` (and ``u2``) and the DIIS vectors in HDF5 scratch files
+    (``amplitudes-PID-TOKEN.h5``, ``diis-PID-TOKEN.h5``), under this process's lock in the
+    folder; :meth:`close` removes them, and so does a failure while they are made."""
 
     def __init__(self, folder: Path, ints: Any, diis_space: int, exchange: bool) -> None:
+        from .files import storage_error
         from .on_disk import AmplitudeFile
+        from .scratch import acquire, token
 
-        self.ints = ints
-        scratch = str(folder / f"{{}}-{os.getpid()}-{id(self):x}.h5")
-        self.chunk = diis_chunk(ints)
-        self.amplitudes = AmplitudeFile(scratch.format("amplitudes"),
-                                        (ints.nvir,) * 2 + (ints.nocc,) * 2, self.chunk,
-                                        exchange=exchange)
+        self.ints, self.folder, self.diis, self._open = ints, folder, None, True
+        acquire(folder)
         try:
-            self.diis = None if diis_space < 2 else HDF5DIIS(scratch.format("diis"),
-                                                              diis_space, self.chunk)
-        except OSError as err:
-            self.amplitudes.close()
-            from .files import storage_error
-
-            raise storage_error("DIIS vectors on disk", scratch.format("diis"), err) from err
+            scratch = str(folder / f"{{}}-{os.getpid()}-{token()}.h5")
+            made_from = Path(getattr(ints, "path", "")).stem.partition("-")[2]
+            self.chunk = diis_chunk(ints)
+            self.amplitudes = AmplitudeFile(scratch.format("amplitudes"),
+                                            (ints.nvir,) * 2 + (ints.nocc,) * 2, self.chunk,
+                                            exchange=exchange, made_from=made_from)
+            try:
+                if diis_space >= 2:
+                    self.diis = HDF5DIIS(scratch.format("diis"), diis_space, self.chunk,
+                                         made_from=made_from)
+            except OSError as err:
+                raise storage_error("DIIS vectors on disk", scratch.format("diis"),
+                                    err) from err
+        except BaseException:
+            self.close()
+            raise
         self.options = {"in_place": True, "slab_elements": self.chunk}
 
     def guess(self) -> dict[str, Any]:
@@ -149,14 +169,30 @@ class _DiskSession:
         self.amplitudes.refresh_exchange()
         return self.amplitudes.u2
 
+    def adopt(self, x: np.ndarray) -> np.ndarray:
+        """Given amplitudes (the run's orbitals) in the integral file's orbitals."""
+        return self.ints.flip(x) if hasattr(self.ints, "flip") else np.array(x)
+
     def finish(self, t: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The converged amplitudes, read into memory."""
-        return {k: np.asarray(v[()]) for k, v in t.items()}
+        """The converged amplitudes, read into memory (in the run's orbitals)."""
+        return {k: self.adopt(v[()]) for k, v in t.items()}
 
     def close(self) -> None:
-        if self.diis is not None:
-            self.diis.close()
-        self.amplitudes.close()
+        """Remove the scratch files (each even when another fails) and release the lock."""
+        from .scratch import release
+
+        if not self._open:
+            return
+        self._open = False
+        try:
+            if self.diis is not None:
+                self.diis.close()
+        finally:
+            try:
+                if getattr(self, "amplitudes", None) is not None:
+                    self.amplitudes.close()
+            finally:
+                release(self.folder)
 
 
 class OnDisk:
@@ -177,6 +213,7 @@ class OnDisk:
         iteration budget in bytes (None: none), which sizes the slabs."""
         from .on_disk import DEFAULT_SLAB_BYTES, IntegralFile, integral_blocks
         from .process_memory import map_large_allocations
+        from .scratch import clean
 
         if not self.directory.is_dir():
             raise UsageError(f"integrals on disk: folder {self.directory} does not exist; "
@@ -186,7 +223,13 @@ class OnDisk:
         if slab is None:
             slab = DEFAULT_SLAB_BYTES if total is None else min(DEFAULT_SLAB_BYTES, total / 4)
         blocks = integral_blocks(equations, ints.extents, names)
-        return IntegralFile.write(ints, self.directory, blocks, slab_bytes=slab)
+        removed = [r for r in clean(self.directory, scratch_only=True, strict=False)
+                   if not r.kept]
+        for item in removed:
+            log.info("removed %s (%s)", item.path, item.why)
+        disk = IntegralFile.write(ints, self.directory, blocks, slab_bytes=slab)
+        disk.removed = removed
+        return disk
 
     def held_bytes(self, ints: Any) -> int:
         """``t1`` and two slabs (DIIS chunks, or rows of the doubles on disk)."""
@@ -199,11 +242,21 @@ class OnDisk:
         return _DiskSession(self.directory, ints, diis_space, exchange)
 
     def describe(self, ints: Any) -> str:
-        """``integrals on disk: PATH (SIZE[, reused])``."""
+        """``integrals on disk: PATH (SIZE, reused, verified | written | rewritten (why))``,
+        the orbitals whose signs were aligned to the file's, the stale scratch files of
+        runs that are gone removed before."""
         from ..units import format_bytes
 
-        return (f"integrals on disk: {ints.path} ({format_bytes(ints.written_bytes)}"
-                f"{', reused' if ints.reused else ''})")
+        line = f"integrals on disk: {ints.path} ({format_bytes(ints.written_bytes)}, " \
+               f"{ints.status})"
+        if ints.signs is not None:
+            flipped = sum(int(np.count_nonzero(v < 0)) for v in ints.signs.values())
+            line += f", {flipped} orbitals' signs aligned to the file's"
+        if ints.removed:
+            size = format_bytes(sum(r.size for r in ints.removed))
+            line += f"; removed {len(ints.removed)} stale scratch files ({size}) of runs " \
+                    "that are gone"
+        return line
 
     def __repr__(self) -> str:
         return f"OnDisk({str(self.directory)!r})"

@@ -100,6 +100,18 @@ def _memory(cc: Any) -> dict[str, Any] | None:
             "flops_per_iteration": rep.flops, "loops": len(rep.loops)}
 
 
+def _integrals_file(cc: Any) -> dict[str, Any] | None:
+    """Out of core: the integral file, whether it was written, reused (verified) or
+    rewritten (and why), and the stale scratch files removed before the run."""
+    if not cc.out_of_core:
+        return None
+    ints = cc.integrals
+    return {"path": str(ints.path), "status": ints.status, "bytes": ints.written_bytes,
+            "orbital_signs_aligned": 0 if ints.signs is None else
+            sum(int((v < 0).sum()) for v in ints.signs.values()),
+            "removed_stale": [str(r.path) for r in ints.removed]}
+
+
 def summary_dict(cc: Any) -> dict[str, Any]:
     """A JSON-ready summary: energies, convergence, iteration history, memory."""
     mol = cc.mf.mol
@@ -115,6 +127,7 @@ def summary_dict(cc: Any) -> dict[str, Any]:
         "seconds_per_iteration": cc.seconds_per_iteration, "history": _history(cc),
         "chkfile": None if cc.chkfile is None else str(cc.chkfile),
         "integrals_on_disk": str(cc.integrals.path) if cc.out_of_core else None,
+        "integrals_file": _integrals_file(cc),
         "max_memory_mb": cc.max_memory, "budget": str(cc.budget),
         "memory": _memory(cc),
     }
