@@ -52,9 +52,9 @@ def _strided(x: np.ndarray, view: ArrayView) -> np.ndarray:
 
 def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
     if view.perm is not None:
-        x = np.ascontiguousarray(x.transpose(view.perm))
+        x = np.asarray(x.transpose(view.perm), order="C")
     elif not x.flags.c_contiguous:
-        x = np.ascontiguousarray(x)
+        x = np.asarray(x, order="C")
     return _strided(x, view)
 
 
@@ -72,12 +72,12 @@ class NumpyBackend(Backend):
         self.dtype = np.dtype(np.float64)      # of destinations: the evaluation's dtype
 
     def asarray(self, x):
-        return np.ascontiguousarray(x)
+        return np.asarray(x, order="C")
 
     def take(self, block, index, shape):
         if isinstance(block, LeafReader):      # the batch's sub-block, read from the source
-            return np.ascontiguousarray(block.read(index))
-        return np.ascontiguousarray(block[index_slices(index, block.ndim)])
+            return np.asarray(block.read(index), order="C")
+        return np.asarray(block[index_slices(index, block.ndim)], order="C")
 
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
@@ -106,7 +106,7 @@ class NumpyBackend(Backend):
     def _run(plan: ContractPlan, a, b):
         kind = plan.kind
         if kind == EINSUM or a.dtype.hasobject or b.dtype.hasobject:
-            return np.ascontiguousarray(opt_einsum.contract(plan.einsum, a, b))
+            return np.asarray(opt_einsum.contract(plan.einsum, a, b), order="C")
         dtype = np.result_type(a, b)
         if kind == ZEROS:
             return np.zeros(plan.out_shape, dtype)
@@ -186,7 +186,7 @@ class ArrayApiBackend(Backend):
 
     def take(self, block, index, shape):
         if isinstance(block, LeafReader):
-            return self.xp.asarray(np.ascontiguousarray(block.read(index)), copy=True)
+            return self.xp.asarray(np.asarray(block.read(index), order="C"), copy=True)
         part = block[index_slices(index, len(block.shape))]
         return self.xp.asarray(part, copy=True)
 

@@ -66,7 +66,7 @@ class CupyBackend(ArrayApiBackend):
     def from_host(self, x):
         """Host → device, ordered on the current stream (not the legacy default one, which
         a non-blocking stream does not wait for)."""
-        x = np.ascontiguousarray(x)
+        x = np.asarray(x, order="C")
         out = self.cupy.empty(x.shape, x.dtype)
         out.set(x, stream=self.cupy.cuda.get_current_stream())
         return out
