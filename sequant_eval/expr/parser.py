@@ -195,7 +195,8 @@ class _Parser:
         result, name = None, None
         if self._lhs_ahead():
             if self.toks[self.k + 1].kind == "{":
-                result = self.tensor()
+                tok = self.tok
+                result = self._check_slots(tok, self.tensor())
                 name = result.name
             else:
                 name = self.take("NAME", "a result name").text
@@ -251,7 +252,7 @@ class _Parser:
             elif self.tok.kind == "NAME":
                 tok = self.tok
                 item = self.tensor()
-                if item.name in ("A", "P") and not item.symmetry:
+                if item.name in ("A", "P") and not item.symmetry and _distinct(item):
                     candidates.append((tok, item))
                 else:
                     factors.append(item)
@@ -266,7 +267,7 @@ class _Parser:
         if factors:
             operators = [self._operator(tok, t) for tok, t in candidates]
         else:
-            factors = [self._check_slots(tok, t) for tok, t in candidates]
+            factors = [t for _, t in candidates]
         if first_number is not None:
             self._check_float(coefficient, first_number)
         product = Product(coefficient, tuple(factors), tuple(operators))
@@ -324,16 +325,16 @@ class _Parser:
         if symmetry:
             self.k += 1
         groups += [[] for _ in range(3 - len(groups))]
-        tensor = Tensor(name_tok.text, *(tuple(g) for g in groups), symmetry)
-        if name_tok.text in ("A", "P") and not symmetry:
-            return tensor          # the product decides: operator or tensor
-        return self._check_slots(name_tok, tensor)
+        return Tensor(name_tok.text, *(tuple(g) for g in groups), symmetry)
 
     def _check_slots(self, tok: _Token, tensor: Tensor) -> Tensor:
+        """A result tensor names each index once (a factor may repeat one: a diagonal)."""
         seen = set()
         for ix in tensor.slots:
             if ix in seen:
-                raise self.error(f"index {ix} labels two slots of {tensor.name}", tok)
+                raise self.error(f"index {ix} labels two slots of result {tensor.name} (a "
+                                 f"result has one axis per index; a factor may repeat an "
+                                 f"index, which reads its diagonal)", tok)
             seen.add(ix)
         return tensor
 
@@ -384,22 +385,31 @@ class _Parser:
                                      tok)
                 continue
             counts = index_counts(p)
-            free = set(free_indices(p)) if eq.bare or eq.result is None else (
-                {ix for ix in counts if ix in expected})
             missing = expected - set(counts)
             if missing:
                 raise self.error(f"term '{p}' of {eq.name} lacks result index "
                                  f"{min(missing)}", tok)
-            extra = set(free_indices(p)) - expected
-            if extra or free != expected:
-                culprit = min(extra or (free ^ expected))
-                raise self.error(f"term '{p}' of {eq.name} has free index {culprit} that is not "
-                                 f"a result index", tok)
+            # with a named result, an index not in it is summed, also where it labels one
+            # slot only (a sum inside one factor, as in einsum's 'ij->i'); a bare
+            # expression's result is its first term's free indices, and every term's
+            free = set(free_indices(p))
+            if eq.bare and free != expected:
+                culprit = min(free ^ expected)
+                raise self.error(f"term '{p}' of {eq.name} has free indices "
+                                 f"{', '.join(map(str, sorted(free))) or 'none'}, the first "
+                                 f"term {', '.join(map(str, sorted(expected))) or 'none'} "
+                                 f"(differing in {culprit}); name the result "
+                                 f"({eq.name}{{...}} = ...) to sum over an index", tok)
             for op in p.operators:
                 for ix in op.indices:
                     if ix not in expected:
                         raise self.error(f"operator {op} acts on {ix}, which is not a result "
                                          f"index of {eq.name}", tok)
+
+
+def _distinct(t: Tensor) -> bool:
+    """No index twice: ``A{a_1,a_1}`` is not an antisymmetrizer but a tensor's diagonal."""
+    return len(set(t.slots)) == len(t.slots)
 
 
 def _magnitude(value: Fraction) -> str:

@@ -10,6 +10,7 @@ right's), which is also the layout a GEMM produces without a final transpose.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ import opt_einsum
 from ..errors import UnknownSpace, UnsupportedFeature
 from ..expr.index import Index, mode_space
 from ..expr.terms import Equation, Product, Tensor, index_counts, operator_terms
-from .values import (Forest, Occurrence, Operand, Root, SumEntry, TermNode, TermTree,
+from .values import (ONES, Forest, Occurrence, Operand, Root, SumEntry, TermNode, TermTree,
                      Value, ValueKind)
 
 __all__ = ["build_forest", "mode_extent"]
@@ -55,12 +56,37 @@ class _Interner:
         return vid
 
     def leaf(self, t: Tensor, where: str) -> Occurrence:
-        spaces = tuple(mode_space(ix) for ix in t.slots)
-        groups = _groups(t.slots)
-        vid = self._add(("leaf", t.name, spaces, groups),
-                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=t.name, groups=groups))
+        """A use of tensor ``t``; an index repeated in its slots makes the leaf its
+        diagonal (one mode per distinct index, first appearance order)."""
+        if t.name == ONES:
+            raise UnsupportedFeature(f"{where}: tensor name {ONES!r} is reserved (the all-ones "
+                                     f"factor of sums inside one factor); rename the tensor")
+        labels = tuple(dict.fromkeys(t.slots))
+        diagonal = () if len(labels) == len(t.slots) else tuple(
+            labels.index(ix) for ix in t.slots)
+        composite = [ix for ix in labels if ix.protos and t.slots.count(ix) > 1]
+        if composite:
+            raise UnsupportedFeature(
+                f"{where}: composite index {composite[0]} labels two slots of {t.name} (a "
+                f"diagonal over a composite space); diagonals are taken over plain indices "
+                f"only: rename one slot's index and add a delta factor, or write the "
+                f"diagonal out as its own tensor")
+        spaces = tuple(mode_space(ix) for ix in labels)
+        groups = _groups(labels)
+        vid = self._add(("leaf", t.name, spaces, groups, diagonal),
+                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=t.name, groups=groups,
+                                        diagonal=diagonal))
         self.leaf_users.setdefault(vid, where)
-        return Occurrence(vid, t.slots)
+        return Occurrence(vid, labels)
+
+    def ones(self, ix: Index) -> Occurrence:
+        """The all-ones vector over ``ix``'s space: ``T{a,b}`` summed over ``b`` inside the
+        factor is ``T{a,b} * 1{b}``, a contraction the planner batches like any other."""
+        spaces, groups = (mode_space(ix),), _groups((ix,))
+        vid = self._add(("leaf", ONES, spaces, groups, ()),
+                        lambda i: Value(i, ValueKind.LEAF, spaces, tensor=ONES, groups=groups))
+        self.leaf_users.setdefault(vid, "the sum inside a factor")
+        return Occurrence(vid, (ix,))
 
     def contract_ordered(self, x: Occurrence, y: Occurrence,
                          keep: set[Index]) -> tuple[Occurrence, bool]:
@@ -136,11 +162,12 @@ def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
     occs = _canonical_order([interner.leaf(t, where) for t in product.factors], result)
     for ix in index_counts(product):
         interner.size(ix, where)
-    counts = index_counts(product)
-    lonely = [ix for ix, c in counts.items() if c == 1 and ix not in result]
-    if lonely:
-        raise UnsupportedFeature(f"{where}: index {lonely[0]} is summed but appears in one "
-                                 f"tensor only (a trace); rewrite the term without it")
+    counts = Counter(ix for o in occs for ix in o.labels)     # factors, not slots
+    lonely = sorted(ix for ix, c in counts.items() if c == 1 and ix not in result)
+    if lonely:      # summed inside one factor: contracted with the all-ones vector
+        occs = _canonical_order(occs + [interner.ones(ix) for ix in lonely], result)
+        for ix in lonely:
+            counts[ix] += 1
     nodes: list[TermNode] = [TermNode(o.value, o.labels) for o in occs]
     ids = list(range(len(occs)))     # node index of each pending operand
 

@@ -1,7 +1,9 @@
 """The eval forest IR: interned values and the roots that read them.
 
-A value is one array the evaluation may compute: a leaf block of an input tensor, a binary
-contraction of two values, or a weighted sum of (transposed) values. Values are interned by a
+A value is one array the evaluation may compute: a leaf block of an input tensor (or its
+diagonal, ``T{a,a,b}``, or the reserved all-ones vector ``ONES`` that turns an index summed
+inside one factor into a contraction), a binary contraction of two values, or a weighted sum
+of (transposed) values. Values are interned by a
 canonical structural key, so the same contraction written with other dummy labels, with its
 operands swapped or its result modes in another order is one value. Every value has one
 canonical mode layout; a use of it (an :class:`Occurrence`) names the labels that land on
@@ -15,8 +17,13 @@ from fractions import Fraction
 
 from ..expr.index import Index
 
-__all__ = ["ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "TermNode", "TermTree", "Root",
+__all__ = ["ONES", "ValueKind", "Operand", "SumEntry", "Value", "Occurrence", "TermNode", "TermTree", "Root",
            "Forest"]
+
+
+#: Name of the reserved all-ones leaf (no text can name it: a tensor name starts with a
+#: letter). ``T{a,b}`` summed over ``b`` is the contraction ``T{a,b} * 1{b}``.
+ONES = "1"
 
 
 class ValueKind(enum.Enum):
@@ -59,11 +66,21 @@ class Value:
     entries: tuple[SumEntry, ...] = ()      # SUM
     name: str = ""                          # SUM: the equation (or operator group) it builds
     groups: tuple[int, ...] = ()            # per mode: composite proto-set id, -1 plain
+    diagonal: tuple[int, ...] = ()          # LEAF: per tensor slot, the mode it reads
+                                            # (a diagonal, ``T{a,a,b}``: (0, 0, 1)); () one each
 
     @property
     def rank(self) -> int:
         """Number of modes (axes) of the value."""
         return len(self.spaces)
+
+    @property
+    def slot_spaces(self) -> tuple[str, ...]:
+        """LEAF: the space of each slot of the tensor read (a diagonal reads one mode at
+        several slots); the modes' spaces for any other value."""
+        if not self.diagonal:
+            return self.spaces
+        return tuple(self.spaces[m] for m in self.diagonal)
 
     @property
     def children(self) -> tuple[int, ...]:
@@ -79,7 +96,8 @@ class Value:
         """One line: ``v7 contract(v2[0,1,2,3] v5[2,3,4,5] -> [0,1,4,5])``."""
         shape = ",".join(self.spaces)
         if self.kind is ValueKind.LEAF:
-            body = f"leaf {self.tensor}"
+            body = f"leaf {self.tensor}" + (
+                f" diagonal[{','.join(map(str, self.diagonal))}]" if self.diagonal else "")
         elif self.kind is ValueKind.CONTRACT:
             def side(op: Operand) -> str:
                 return f"v{op.value}[{','.join(map(str, op.modes))}]"

@@ -31,19 +31,21 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import mmap
 import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from math import prod
 
 import numpy as np
 
 from ..errors import (InputTypeError, MissingTensor, SequantEvalError, ShapeMismatch,
                       StaleInput, TruncatedInput, UnsupportedFeature)
-from ..forest.values import Forest, ValueKind
+from ..forest.values import ONES, Forest, ValueKind
 
-__all__ = ["TensorSource", "LeafReader", "FileBacking", "file_backing"]
+__all__ = ["TensorSource", "LeafReader", "Diagonal", "FileBacking", "file_backing"]
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -257,6 +259,84 @@ def file_backing(x) -> FileBacking | None:
     return None
 
 
+#: A diagonal read from anything but a NumPy array goes in pieces, each at most this share
+#: of the batch (or one diagonal entry's slab, where that is larger).
+DIAGONAL_PIECE_SHARE = 1 / 16
+
+
+class Diagonal:
+    """How a leaf that is a tensor's diagonal is read: ``T{a,a,b}`` holds ``T[x, x, y]``.
+
+    ``slots`` holds, per slot of the tensor, the leaf mode it reads (``(0, 0, 1)``). A batch
+    (one range per mode) asks for the block of the tensor at those ranges per slot and keeps
+    its diagonal. From a NumPy array (or a memory map) that block is a view and its diagonal
+    a strided view of it, copied: the read holds the batch's size, like any copied block.
+    Any other source (an h5py dataset, a zarr array, a provider) returns what it reads, so
+    the block is read in pieces: tiles of the diagonal modes, each piece a block of the
+    tensor of at most ``DIAGONAL_PIECE_SHARE`` of the batch's elements (or one diagonal
+    entry's slab, where that is larger), its diagonal copied into the batch. The batch is
+    charged in the prediction; the one piece held beside it is not."""
+
+    def __init__(self, slots: tuple[int, ...], dtype: np.dtype, strided: bool) -> None:
+        self.slots = slots
+        self.rank = max(slots) + 1
+        self.dtype = dtype
+        self.strided = strided
+        self.repeated = tuple(m for m in range(self.rank) if slots.count(m) > 1)
+
+    def shape(self, slot_shape: Sequence[int]) -> tuple[int, ...]:
+        """The leaf's shape (per mode) from the tensor block's (per slot)."""
+        out = [0] * self.rank
+        for k, m in enumerate(self.slots):
+            out[m] = slot_shape[k]
+        return tuple(out)
+
+    def view(self, block) -> np.ndarray:
+        """The diagonal of ``block`` (axes per slot) as a strided view, axes per mode."""
+        block = np.asarray(block)
+        shape, strides = [0] * self.rank, [0] * self.rank
+        for k, m in enumerate(self.slots):
+            shape[m] = block.shape[k]
+            strides[m] += block.strides[k]
+        return np.lib.stride_tricks.as_strided(block, tuple(shape), tuple(strides),
+                                               writeable=False)
+
+    def pieces(self, ranges: Ranges) -> list[Ranges]:
+        """Tiles of ``ranges`` (per mode) along the repeated modes, each tile's block of the
+        tensor within the piece bound."""
+        widths = [hi - lo for lo, hi in ranges]
+        batch = prod(widths)
+        tile = [1 if m in self.repeated else w for m, w in enumerate(widths)]
+
+        def elements(t: Sequence[int]) -> int:
+            return prod(t[m] for m in self.slots)
+
+        bound = max(batch * DIAGONAL_PIECE_SHARE, elements(tile))
+        for m in self.repeated:
+            while tile[m] < widths[m]:
+                wider = list(tile)
+                wider[m] = min(2 * tile[m], widths[m])
+                if elements(wider) > bound:
+                    break
+                tile = wider
+        starts = [range(lo, hi, t) for (lo, hi), t in zip(ranges, tile)]
+        return [tuple((s, min(s + t, hi)) for s, t, (_, hi) in zip(corner, tile, ranges))
+                for corner in itertools.product(*starts)]
+
+    def read(self, block: Callable[[Ranges], object], ranges: Ranges) -> np.ndarray:
+        """The batch at ``ranges`` (per mode); ``block(slot_ranges)`` reads the tensor."""
+        def per_slot(r: Ranges) -> Ranges:
+            return tuple(r[m] for m in self.slots)
+
+        if self.strided:
+            return np.array(self.view(block(per_slot(ranges))), dtype=self.dtype)
+        out = np.empty(tuple(hi - lo for lo, hi in ranges), self.dtype)
+        for piece in self.pieces(ranges):
+            at = tuple(slice(lo - r0, hi - r0) for (lo, hi), (r0, _) in zip(piece, ranges))
+            out[at] = self.view(block(per_slot(piece)))
+        return out
+
+
 class LeafReader:
     """One leaf block of one tensor, readable by sub-block; holds no data itself."""
 
@@ -299,7 +379,8 @@ class TensorSource:
         return self.forest.leaf_users.get(vid, "the forest")
 
     def _leaves(self):
-        return [v for v in self.forest.values if v.kind is ValueKind.LEAF]
+        """The leaves read from the caller's tensors (the all-ones factor is made here)."""
+        return [v for v in self.forest.values if v.kind is ValueKind.LEAF and v.tensor != ONES]
 
     def check(self) -> None:
         """Refuse composite indices, missing tensors and wrong shapes before any work."""
@@ -311,25 +392,32 @@ class TensorSource:
                     f"({', '.join(v.spaces)}): numerical evaluation of composite (PNO/OSV) "
                     f"indices is not supported; use sequant_eval.analyze for a dry run")
         for v in leaves:
+            slots = v.slot_spaces
             if v.tensor not in self.tensors:
                 raise MissingTensor(
-                    f"tensor {v.tensor!r} (block {','.join(v.spaces)}) is needed by "
+                    f"tensor {v.tensor!r} (block {','.join(slots)}) is needed by "
                     f"{self._where(v.id)} but was not supplied; supplied: "
                     f"{', '.join(sorted(self.tensors)) or 'nothing'}")
             given = self.tensors[v.tensor]
             if isinstance(given, Mapping):
-                if v.spaces not in given:
+                if slots not in given:
                     raise MissingTensor(
-                        f"tensor {v.tensor!r} has no block {v.spaces} (needed by "
+                        f"tensor {v.tensor!r} has no block {slots} (needed by "
                         f"{self._where(v.id)}); it has {sorted(given)}")
-                self._check_shape(v.tensor, v.spaces, given[v.spaces], "block")
+                self._check_shape(v.tensor, slots, given[slots], "block")
             elif _is_arraylike(given):
-                self._layout(v.tensor, given, len(v.spaces))
+                self._layout(v.tensor, given, len(slots))
             elif not callable(given):
                 raise InputTypeError(
                     f"tensor {v.tensor!r} is a {type(given).__name__}; give an array (or an "
                     f"array-like such as an h5py dataset), a mapping from space tuples to "
                     f"blocks, or a provider(spaces, ranges)")
+            elif v.diagonal and not _takes_ranges(given):
+                raise InputTypeError(
+                    f"the provider of tensor {v.tensor!r} takes only the block's spaces, but "
+                    f"{self._where(v.id)} reads the diagonal of block {slots}, which is read "
+                    f"in pieces; give it a second parameter `ranges` (one (start, stop) per "
+                    f"slot) and return that sub-block, or pass the block as an array")
         self.verify_files()
 
     def _backing(self, array: object) -> FileBacking | None:
@@ -353,8 +441,8 @@ class TensorSource:
         """Per slot, the spaces the forest reads tensor ``name`` with, in extents order."""
         used: list[set[str]] = [set() for _ in range(rank)]
         for v in self._leaves():
-            if v.tensor == name and len(v.spaces) == rank:
-                for k, s in enumerate(v.spaces):
+            if v.tensor == name and len(v.slot_spaces) == rank:
+                for k, s in enumerate(v.slot_spaces):
                     used[k].add(s)
         return [[s for s in self.extents if s in u] for u in used]
 
@@ -412,32 +500,43 @@ class TensorSource:
         if vid in self._readers:
             return self._readers[vid]
         v = self.forest.values[vid]
-        name, spaces = v.tensor, v.spaces
+        name, spaces = v.tensor, v.slot_spaces
         shape = tuple(self.extents[s] for s in spaces)
+        if name == ONES:
+            read = lambda r: np.ones(tuple(hi - lo for lo, hi in r), self.dtype())
+            self._readers[vid] = LeafReader(name, v.spaces, shape, read)
+            return self._readers[vid]
         given = self.tensors[name]
-        backing = None
+        backing, array = None, None
         if isinstance(given, Mapping):
-            block = given[spaces]
+            block = array = given[spaces]
             backing = self._backing(block)
             read = lambda r, b=block: b[tuple(slice(lo, hi) for lo, hi in r)]
         elif _is_arraylike(given):
             layout = self._layout(name, given, len(spaces))
             base = [offsets[s] for (_, offsets), s in zip(layout, spaces)]
-            backing = self._backing(given)
+            backing, array = self._backing(given), given
             read = lambda r, a=given, o=base: a[tuple(slice(b + lo, b + hi)
                                                       for b, (lo, hi) in zip(o, r))]
         else:
             read = self._provider(name, spaces, shape, given)
-        self._readers[vid] = LeafReader(name, spaces, shape,
-                                        self._checked(name, spaces, read, backing))
+        checked = self._checked(name, spaces, read, backing, cast=not v.diagonal)
+        if v.diagonal:
+            diagonal = Diagonal(v.diagonal, self.dtype(), isinstance(array, np.ndarray))
+            self._readers[vid] = LeafReader(name, v.spaces, diagonal.shape(shape),
+                                            lambda r: diagonal.read(checked, r))
+        else:
+            self._readers[vid] = LeafReader(name, spaces, shape, checked)
         return self._readers[vid]
 
     def _checked(self, name: str, spaces: tuple[str, ...], read: Callable[[Ranges], object],
-                 backing: FileBacking | None = None) -> Callable[[Ranges], object]:
+                 backing: FileBacking | None = None,
+                 cast: bool = True) -> Callable[[Ranges], object]:
         """Every read, whatever the source: a file behind it checked first (still the
         file it was opened as, still long enough), failures typed (the original chained),
         the shape of what came back checked against the request, its elements numeric
-        and cast to the evaluation's dtype where that loses nothing."""
+        and cast to the evaluation's dtype where that loses nothing (with ``cast`` False
+        only checked: a diagonal casts what it keeps, not the block it is taken from)."""
         def checked(r: Ranges):
             request = f" (asked for ranges {list(r)})"
             if backing is not None:
@@ -455,6 +554,8 @@ class TensorSource:
             dt = np.dtype(getattr(out, "dtype", np.float64))
             want = self.dtype()
             if dt == want:
+                return out
+            if not cast and dt.kind in "iufc" and np.can_cast(dt, want, "same_kind"):
                 return out
             if dt.kind not in "iufc" or not np.can_cast(dt, want, "same_kind"):
                 raise InputTypeError(

@@ -118,7 +118,7 @@ MALFORMED = [
     ("R{a_1;i_1} = f{a_1;a_2}", 1, 14),                # result index missing
     ("R{a_1;i_1} = f{a_1;i_1} * * t{a_1;i_1}", 1, 27),  # doubled star
     ("R{a_1;i_1} = f{a_1;i_1} = g{a_1;i_1}", 1, 25),   # second equals
-    ("R{a_1;i_1} = f{a_1,a_1;i_1}", 1, 14),            # repeated slot label
+    ("R{a_1,a_1;i_1} = f{a_1;i_1}", 1, 1),             # result index repeated
     ("R{a_1;i_1} = f{a_1;i_1}\n  - g{a_1;i_1\n", 2, 14),  # error on a continuation line
     ("E = f{i_1;a_1} t{a_1;i_1}\nR{a_1;i_1} = }", 2, 14),  # error on the second equation
     ("R{a_1;i_1} = f{a_1<i_1<i_2>>;i_1}", 1, 23),      # nested protos
