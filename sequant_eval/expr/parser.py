@@ -12,6 +12,11 @@ Grammar (one equation per logical line; a physical line whose first non-blank ch
     index    := SPACE ["_"] DIGITS ["<" index ("," index)* ">"]
     number   := DIGITS ["." DIGITS] [("e"|"E") ["+"|"-"] DIGITS] ["/" DIGITS]
 
+A product means what NumPy's ``einsum`` means: an index named twice in one factor reads the
+factor's diagonal (``T{a,a,b}``); with a named result, an index in no result slot is summed,
+also where it labels one slot only (``R{a} = T{a,b}``); a result names each index once, and
+``A``/``P`` naming an index twice is a tensor, not an operator.
+
 Columns count Unicode code points from 1 (a combining tilde is its own code point).
 Digits are ASCII ``0-9`` (``²`` or ``٣`` are refused, not read as numbers). A number has at
 most ``MAX_DIGITS`` digits and a decimal exponent within ``±MAX_EXPONENT``, and every term's

@@ -7,6 +7,10 @@ appearance over (left operand, right operand), and of the two operand orders the
 wins. The key therefore ignores dummy names, operand order and result-mode order; the value's
 mode layout is its result labels in key-number order (left operand's free modes, then the
 right's), which is also the layout a GEMM produces without a final transpose.
+
+A factor naming an index twice is a leaf holding its diagonal (``Value.diagonal``); an index
+summed inside one factor is contracted with the reserved all-ones leaf (``ONES``), so both
+are planned and batched as leaves and binary contractions.
 """
 from __future__ import annotations
 
