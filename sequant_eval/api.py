@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from .errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
@@ -12,6 +12,8 @@ from .expr.stages import as_equations as _as_equations, equation_stages
 from .forest import Forest, build_forest
 from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
 from .budget import Budget
+from .expr.printer import to_text
+from .memo import remembered
 from .plan.regime import Regime
 from .runtime import TensorSource
 from .runtime.fingerprint import fingerprint
@@ -215,7 +217,7 @@ class Evaluator:
                 policy = replace(policy, budget=self._share_bytes(self._itemsize, policy))
             self._budgets[self._itemsize] = policy.budget_bytes
             if not policy.finite or not policy.program:
-                fitted = fit_forest(self.forest, self.regime, policy, self.progress)
+                fitted = self._fitted(policy)
                 program = Compiled(fitted, policy.volatile, self.persist)
             else:
                 reserve = self.program_bytes
@@ -247,10 +249,18 @@ class Evaluator:
         the whole budget and a minimum that includes the reserve)."""
         budget = policy.budget_bytes
         try:
-            return fit_forest(self.forest, self.regime,
-                              replace(policy, budget=max(1.0, budget - reserve)), self.progress)
+            return self._fitted(replace(policy, budget=max(1.0, budget - reserve)))
         except InfeasibleBudget as err:
             raise _with_reserve(err, budget, reserve) from None
+
+    def _fitted(self, policy: BatchPolicy):
+        """``fit_forest`` under ``policy``, remembered (``memo.py``) for the same equations,
+        extents and policy: a CC run plans each stage once, and a cache folder keeps the
+        fit across processes."""
+        key = (to_text(self.equations), tuple(sorted(self.regime.extents.items())),
+               tuple(sorted(self.regime.moments.items())), _policy_key(policy))
+        return remembered("fit", key, lambda: fit_forest(self.forest, self.regime, policy,
+                                                         self.progress))
 
     def _share_bytes(self, itemsize: int, policy: BatchPolicy | None) -> float:
         """A share budget in bytes: that share of the arrays' unbatched peak, plus the
@@ -493,6 +503,20 @@ def _with_reserve(err: InfeasibleBudget, budget: float, reserve: int) -> Infeasi
     else:
         out = InfeasibleBudget(f"{share}; {err}", budget, lambda: err.minimum + reserve)
     return out
+
+
+def _policy_key(policy: BatchPolicy) -> tuple:
+    """The policy's fields as plain values, sets in sorted order (their order means
+    nothing, and a set's iteration order differs between processes)."""
+    def plain(x):
+        if isinstance(x, Mapping):
+            return ("map",) + tuple(sorted((k, plain(v)) for k, v in x.items()))
+        if isinstance(x, (set, frozenset)):
+            return ("set",) + tuple(sorted(plain(v) for v in x))
+        if isinstance(x, (list, tuple)):
+            return tuple(plain(v) for v in x)
+        return x
+    return tuple((f.name, plain(getattr(policy, f.name))) for f in fields(policy) if f.init)
 
 
 @lru_cache(maxsize=16)

@@ -6,7 +6,7 @@ The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``ru
 (the CPU core) < ``runtime.gpu`` and ``runtime.cluster`` (side by side: neither imports the
 other) < ``report`` < ``staged`` (equations read in stages; its per-stage evaluator is
 handed in) < ``api`` (with the package's ``__init__``) < ``chem`` < ``cli``.
-Bottom helpers (``errors``, ``units``, ``budget``, ``checkout``) may be imported from
+Bottom helpers (``errors``, ``units``, ``budget``, ``checkout``, ``memo``) may be imported from
 anywhere and import only each other.
 
 And at run time: the CPU path (a batched NumPy evaluation, a dry run, an analysis) loads
@@ -27,7 +27,7 @@ ORDER = [{"expr"}, {"forest"}, {"plan"}, {"schedule"}, {"runtime"},
          {"runtime.gpu", "runtime.cluster"}, {"report"}, {"staged"}, {"api"}, {"chem"},
          {"cli"}]
 PARTS = set().union(*ORDER)
-BOTTOM = {"errors", "units", "budget", "checkout"}
+BOTTOM = {"errors", "units", "budget", "checkout", "memo"}
 
 # Circles accepted for now (none): an entry here must name a circle that still exists (the
 # last test below says so).

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 
+from ..memo import remembered
+from .printer import to_text
 from .spintrace import SpinTraceError, _amplitude_count, _canonical_factors, _factor_order
 from .terms import Equation, Product, Tensor
 
@@ -47,7 +49,9 @@ def fold_exchange(equations: Equation | Sequence[Equation], folds: Mapping[str, 
                                  "name, distinct from every tensor it is folded from")
     real_set = frozenset(real)
     hermitian = frozenset(u for x, u in folds.items() if x in real_set)
-    return tuple(_fold_equation(eq, dict(folds), real_set, hermitian) for eq in equations)
+    key = (to_text(equations), tuple(sorted(folds.items())), tuple(sorted(real_set)))
+    return remembered("fold_exchange", key, lambda: tuple(
+        _fold_equation(eq, dict(folds), real_set, hermitian) for eq in equations))
 
 
 def _fold_equation(eq: Equation, folds: dict[str, str], real: frozenset[str],

@@ -41,6 +41,8 @@ import opt_einsum
 from .index import Index, check_extents, mode_space
 from .merge_search import HOLDER, plan_terms, search
 from ..errors import InputTypeError, PolicyError, UnknownSpace
+from ..memo import remembered
+from .printer import to_text
 from .spintrace import _canonical_factors, _symmetric_spellings
 from .terms import Equation, Product, Tensor, index_counts
 
@@ -121,6 +123,13 @@ def factor_common(equations: str | Equation | Sequence[Equation], extents: Mappi
                             f"{eq.name}: index {ix} of {t.name} is in space "
                             f"{mode_space(ix)!r}, which has no extent (known: "
                             f"{', '.join(extents) or 'none'}); the merge decisions need one")
+    key = (to_text(equations), tuple(sorted(extents.items())), prefix,
+           *(tuple(sorted(s)) for s in (symmetric, real, hermitian, mirrored)), beam)
+    return remembered("factor_common", key, lambda: _factor(
+        equations, extents, prefix, symmetric, real, hermitian, mirrored, beam))
+
+
+def _factor(equations, extents, prefix, symmetric, real, hermitian, mirrored, beam):
     taken = {eq.name for eq in equations} | {
         t.name for eq in equations for p in eq.terms for t in p.factors}
     state = _State(extents, prefix, taken, frozenset(symmetric) | frozenset(real) |
