@@ -327,3 +327,39 @@ def test_operands_numpy_takes_that_the_package_does_not(given, error):
     """numpy.einsum takes boolean and other non-numeric arrays; refused, typed, naming it."""
     with pytest.raises(error, match="'T'"):
         se.evaluate("E = T{a} * U{a}", {"T": given, "U": np.ones(3)}, {"a": 3})
+
+
+# -- the two-device path -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("budget", [None, 0.3])
+def test_diagonals_and_sums_on_the_strict_device(budget):
+    """The placed graph (GPU layer) on the strict device stand-in: diagonal and all-ones
+    leaves are read on the host and copied over like any leaf batch. Oracle: numpy.einsum."""
+    from sequant_eval.runtime import TensorSource
+    from sequant_eval.runtime.engine import run_graph
+    from sequant_eval.runtime.gpu.placed import Placed, RoutePicker
+    from sequant_eval.runtime.gpu.placement import CostModel, Machine
+    from sequant_eval.runtime.graph import Device
+
+    from tests.runtime.strict_device import StrictDevice, StrictHost
+
+    text, extents = "R{a,c} = T{a,a,b} * U{b,c} + V{c,a,a} + W{a,c,d}", {
+        "a": 6, "b": 5, "c": 4, "d": 3}
+    rng = np.random.default_rng(5)
+    t, u, v, w = (rng.standard_normal(s) for s in ((6, 6, 5), (5, 4), (4, 6, 6), (6, 4, 3)))
+    ref = (np.einsum("aab,bc->ac", t, u) + np.einsum("caa->ac", v)
+           + np.einsum("acd->ac", w))
+    ev = se.Evaluator(text, extents) if budget is None else batched_evaluator(text, extents,
+                                                                              budget)
+    base = CostModel()
+    fast = CostModel(rate=base.rate | {Device.GPU: 1e15}, bandwidth=base.bandwidth,
+                     launch={Device.CPU: 1e-6, Device.GPU: 1e-7}, link=1e12, latency=1e-7)
+    low, roots = Placed(ev.batched).lowered(False, Machine(gpu=True, cost=fast))
+    source = TensorSource(ev.forest, {"T": t, "U": u, "V": v, "W": w}, extents)
+    device = StrictDevice()
+    out, _ = run_graph(low.graph, roots, ev.forest, {Device.CPU: StrictHost(),
+                                                     Device.GPU: device},
+                       source, order=RoutePicker(low.graph, gpu=True).route)
+    got = out[low.roots["R"]]
+    assert type(got) is np.ndarray and device.buffers > 0
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
