@@ -159,6 +159,9 @@ class CoupledCluster:
     disk_tensors: tuple[str, ...] = ("g",)
     #: Whether the residual reads the exchange amplitude ``u2 = 2 t2 - t2~``.
     exchange = False
+    #: The amplitude blocks when they are not ``t1``, ``t2`` over ``i``/``a``
+    #: (:class:`~sequant_eval.chem.solver.AmplitudeLayout`; the unrestricted method's).
+    layout = None
 
     conv_tol = 1e-7
     conv_tol_normt = 1e-5
@@ -329,7 +332,7 @@ class CoupledCluster:
 
     def _limit(self, ints) -> MemoryLimit:
         return MemoryLimit(self.budget, Budget.megabytes(self.max_memory),
-                           self.storage.held_bytes(ints))
+                           self.storage.held_bytes(ints, self.layout))
 
     def program(self) -> ResidualProgram:
         """The compiled residual (planned under the budget on first use)."""
@@ -371,7 +374,7 @@ class CoupledCluster:
     def held_bytes(self) -> int:
         """Bytes the lean (out-of-core) solver holds beside one evaluation, charged to the
         budget first: ``t1`` and two slab buffers (0 in memory)."""
-        return self.storage.held_bytes(self.integrals)
+        return self.storage.held_bytes(self.integrals, self.layout)
 
     # ------------------------------------------------------------------ residual
     def residual_function(self, meters: list | None = None, session: Any = None):
@@ -396,11 +399,16 @@ class CoupledCluster:
                                  f"got {len(amplitudes)} arrays")
         # out of core the solve works in the integral file's orbitals (their signs may
         # differ from the run's: IntegralFile.flip); in memory `flip` is a copy
-        flip = getattr(self.integrals, "flip", np.array)
-        t = {k: np.ascontiguousarray(flip(swap_halves(x)))
+        spaces = {} if self.layout is None else self.layout.spaces
+        flip = getattr(self.integrals, "flip", None)
+
+        def flipped(x, name):
+            return np.array(x) if flip is None else flip(x, spaces.get(name))
+
+        t = {k: np.ascontiguousarray(flipped(swap_halves(x), k))
              for k, x in zip(self.amplitudes, amplitudes)}
         e, r = self.residual_function()(t)
-        return (e, *(swap_halves(flip(r[k])) for k in self.amplitudes))
+        return (e, *(swap_halves(flipped(r[k], k)) for k in self.amplitudes))
 
     # ------------------------------------------------------------------ solving
     def kernel(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None):

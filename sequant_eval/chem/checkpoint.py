@@ -167,36 +167,42 @@ class Fingerprint:
 
 class Phases:
     """Sign flips of the orbitals between a checkpoint and the run restarted from it,
-    applied to what is read: ``signs[space]`` is ±1 per orbital of ``"i"`` and ``"a"``;
-    ``layout`` the amplitude blocks ``(name, shape)`` in the solver's order (virtual axes
-    first), as the DIIS vectors concatenate them."""
+    applied to what is read: ``signs[space]`` is ±1 per orbital of each space (``"i"``,
+    ``"a"``; the unrestricted ``"I"``, ``"A"`` too); ``layout`` the amplitude blocks
+    ``(name, shape)`` or ``(name, shape, spaces)`` in the solver's order (virtual axes
+    first; without spaces ``a..a i..i``), as the DIIS vectors concatenate them."""
 
     def __init__(self, signs: dict[str, np.ndarray], layout) -> None:
         self.signs, self.layout = signs, tuple(layout)
+        self._spaces = {item[0]: tuple(item[2]) for item in self.layout if len(item) > 2}
 
-    def _axis_signs(self, ndim: int) -> list[np.ndarray]:
+    def _axis_signs(self, ndim: int, spaces=None) -> list[np.ndarray]:
         n = ndim // 2
-        return [self.signs["a"]] * n + [self.signs["i"]] * n
+        return [self.signs[s] for s in (spaces or "a" * n + "i" * n)]
 
-    def block(self, x: np.ndarray, start: int = 0) -> np.ndarray:
-        """``x`` (rows ``start:`` of one amplitude block, solver layout) with the signs of
-        its orbitals applied, in place."""
-        for axis, s in enumerate(self._axis_signs(x.ndim)):
+    def block(self, x: np.ndarray, start: int = 0, spaces=None) -> np.ndarray:
+        """``x`` (rows ``start:`` of one amplitude block, solver layout, over ``spaces``)
+        with the signs of its orbitals applied, in place."""
+        for axis, s in enumerate(self._axis_signs(x.ndim, spaces)):
             part = s[start:start + x.shape[0]] if axis == 0 else s
             x *= part.reshape((-1,) + (1,) * (x.ndim - axis - 1))
         return x
+
+    def named(self, name: str, x: np.ndarray, start: int = 0) -> np.ndarray:
+        """:meth:`block` for the layout's block ``name``."""
+        return self.block(x, start, self._spaces.get(name))
 
     def flat(self, values: np.ndarray, lo: int) -> np.ndarray:
         """``values``, elements ``lo:`` of the blocks concatenated (a DIIS vector), with the
         signs applied, in place."""
         off, hi = 0, lo + values.size
-        for _, shape in self.layout:
+        for name, shape, *spaces in self.layout:
             size = int(np.prod(shape))
             a, b = max(lo, off), min(hi, off + size)
             if a < b:
                 index = np.unravel_index(np.arange(a - off, b - off), shape)
                 sign = np.ones(b - a)
-                for axis, s in enumerate(self._axis_signs(len(shape))):
+                for axis, s in enumerate(self._axis_signs(len(shape), self._spaces.get(name))):
                     sign *= s[index[axis]]
                 values[a - lo:b - lo] *= sign
             off += size

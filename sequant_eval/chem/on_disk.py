@@ -26,10 +26,12 @@ and one left by a killed run is removed by the next (:mod:`~sequant_eval.chem.sc
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +108,14 @@ class IntegralFile:
         one = {s: np.ones(n) for s, n in self.extents.items()}
         sign = signs or one
         self._orbitals = {s: np.array(c) * sign[s] for s, c in ints.orbitals().items()}
-        self._fock = {}
-        for sp in (("i", "i"), ("i", "a"), ("a", "i"), ("a", "a")):
-            block = np.array(ints.fock(sp)) * np.outer(sign[sp[0]], sign[sp[1]])
-            block.setflags(write=False)
-            self._fock[sp] = block
+        self._focks: dict[str, dict[tuple[str, ...], np.ndarray]] = {}
+        for tensor, spaces in getattr(ints, "FOCK", {"f": ("i", "a")}).items():
+            read = ints.fock if tensor == "f" else partial(ints.block, tensor)
+            for sp in itertools.product(spaces, repeat=2):
+                block = np.array(read(sp)) * np.outer(sign[sp[0]], sign[sp[1]])
+                block.setflags(write=False)
+                self._focks.setdefault(tensor, {})[sp] = block
+        self._fock = self._focks.get("f", {})
         self._h5 = h5
         self._data: dict[str, dict[tuple[str, ...], Any]] = {}
         for tensor, spaces in _stored_blocks(h5):
@@ -138,7 +143,7 @@ class IntegralFile:
         one slab plus the spatial integrals under it: within two slabs and a fixed
         ~128 KiB (h5py objects, NumPy's ufunc buffers; ``tests/chem/test_out_of_core.py``);
         verifying reads one slab at a time. ``g{a,a;i,i}`` is always included (the MP2
-        guess reads it). The file is written under a temporary name
+        guess reads it; the unrestricted integrals name theirs, ``GUESS_BLOCKS``). The file is written under a temporary name
         (``integrals-KEY.PID.TOKEN.partial``, removed on any failure) and renamed when
         complete.
 
@@ -158,7 +163,8 @@ class IntegralFile:
         if not hasattr(ints, "block_rows"):
             raise MissingTensor(f"{type(ints).__name__} cannot write its integrals in slabs "
                                 f"(no block_rows); use a spin-orbital or closed-shell RHF")
-        blocks = tuple(sorted(set(blocks) | {("g", ("a", "a", "i", "i"))}))
+        guess = getattr(ints, "GUESS_BLOCKS", (("g", ("a", "a", "i", "i")),))
+        blocks = tuple(sorted(set(blocks) | set(guess)))
         desc = description(ints, blocks)
         path = folder / f"integrals-{description_key(desc)}.h5"
         status = "written"
@@ -175,12 +181,28 @@ class IntegralFile:
 
     # ------------------------------------------------------------------ providers
     def tensors(self) -> dict[str, Any]:
-        """``{"f": {spaces: array}, "g": {spaces: h5py dataset}, ...}`` for the evaluator."""
-        return {"f": dict(self._fock), **{t: dict(b) for t, b in self._data.items()}}
+        """``{"f": {spaces: array}, "g": {spaces: h5py dataset}, ...}`` for the evaluator
+        (the unrestricted ``fa``, ``fb``, ``gaa``, ``gab``, ``gbb`` likewise)."""
+        return {**{t: dict(b) for t, b in self._focks.items()},
+                **{t: dict(b) for t, b in self._data.items()}}
 
     def fock(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Fock block for ``(space_p, space_q)`` (in memory, read-only)."""
         return _sub_block(self._fock[tuple(spaces)], ranges)
+
+    def block(self, tensor: str, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
+        """Block ``spaces`` of any tensor in the file or of a Fock matrix (in memory)."""
+        fock = self._focks.get(tensor)
+        if fock is not None:
+            return _sub_block(fock[tuple(spaces)], ranges)
+        return self._read(tensor, spaces, ranges)
+
+    def fock_diagonal(self, space: str) -> np.ndarray:
+        """The Fock diagonal over ``space`` (of whichever Fock matrix holds it)."""
+        for blocks in self._focks.values():
+            if (space, space) in blocks:
+                return np.ascontiguousarray(np.diagonal(blocks[(space, space)]))
+        raise MissingTensor(f"{self.path} has no Fock block over space {space!r}")
 
     def eri(self, spaces: tuple[str, ...], ranges=None) -> np.ndarray:
         """Block ``spaces`` of ``g`` (or its sub-block at ``ranges``), read from the file."""
@@ -194,14 +216,15 @@ class IntegralFile:
         """The orbitals of the integrals in the file (the run's, with :attr:`signs`)."""
         return self._orbitals
 
-    def flip(self, x: np.ndarray) -> np.ndarray:
-        """Amplitudes (one block, solver layout: virtual axes first) taken between the
-        run's orbitals and the file's (:attr:`signs`; its own inverse); a new array."""
+    def flip(self, x: np.ndarray, spaces: tuple[str, ...] | None = None) -> np.ndarray:
+        """Amplitudes (one block, solver layout: virtual axes first; ``spaces`` its axes'
+        spaces, by default ``a..a i..i``) taken between the run's orbitals and the file's
+        (:attr:`signs`; its own inverse); a new array."""
         x = np.array(x, dtype=np.float64)
         if self.signs is None:
             return x
         n = x.ndim // 2
-        for axis, space in enumerate("a" * n + "i" * n):
+        for axis, space in enumerate(spaces or "a" * n + "i" * n):
             x *= self.signs[space].reshape((-1,) + (1,) * (x.ndim - axis - 1))
         return x
 
@@ -366,8 +389,10 @@ def _check_blocks(h5: Any, blocks, extents, slab_bytes: float) -> list[str]:
 class AmplitudeFile:
     """The doubles amplitudes of a lean (out-of-core) solve in an HDF5 file, updated in place.
 
-    ``t2`` (and, for the exchange-folded closed-shell equations, ``u2 = 2 t2 - t2~``) are
-    datasets the evaluator reads per batch and the solver updates slab by slab
+    ``t2`` (and, for the exchange-folded closed-shell equations, ``u2 = 2 t2 - t2~``; or
+    the doubles blocks named in ``t2_shape``, a mapping name -> shape: the unrestricted
+    ``t2aa``, ``t2ab``, ``t2bb``, in :attr:`blocks`) are datasets the evaluator reads per
+    batch and the solver updates slab by slab
     (``slab_elements`` at a time), so no doubles-sized array is held between residuals:
     the iteration then holds ``t1`` and a slab or two besides the residual. The file is
     scratch: :meth:`close` removes it (and a failure while it is made); its header says
@@ -375,17 +400,24 @@ class AmplitudeFile:
     run left is removed by the next run (:mod:`~sequant_eval.chem.scratch`).
     """
 
-    def __init__(self, path: str | os.PathLike, t2_shape: tuple[int, ...],
+    def __init__(self, path: str | os.PathLike,
+                 t2_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
                  slab_elements: int, exchange: bool = False, made_from: str = "") -> None:
         import h5py
 
         self.path = Path(path)
         self.slab = int(slab_elements)
+        shapes = dict(t2_shape) if isinstance(t2_shape, Mapping) else {"t2": t2_shape}
+        self.blocks: dict[str, Any] = {}
+        self.t2 = self.u2 = None
         try:
             self._h5 = h5py.File(self.path, "w")
             scratch_header(self._h5, "amplitudes", made_from)
-            self.t2 = self._h5.create_dataset("t2", shape=t2_shape, dtype=np.float64)
-            self.u2 = self._h5.create_dataset("u2", shape=t2_shape, dtype=np.float64) \
+            for name, shape in shapes.items():
+                self.blocks[name] = self._h5.create_dataset(name, shape=shape,
+                                                            dtype=np.float64)
+            self.t2 = self.blocks.get("t2")
+            self.u2 = self._h5.create_dataset("u2", shape=shapes["t2"], dtype=np.float64) \
                 if exchange else None
         except BaseException as err:
             self.close()
@@ -393,17 +425,28 @@ class AmplitudeFile:
                 raise storage_error("amplitudes on disk", self.path, err) from err
             raise
 
-    def mp2_guess(self, ints: Any, d: OrbitalDenominators) -> dict[str, Any]:
+    def mp2_guess(self, ints: Any, d: OrbitalDenominators,
+                  numerators: Mapping[str, tuple[str, tuple[str, ...]]] | None = None
+                  ) -> dict[str, Any]:
         """``t1 = 0`` and ``t2 = g{a,a;i,i} / D2`` written slab by slab (the amplitudes
-        :func:`~sequant_eval.chem.solver.mp2_guess` makes in memory, bitwise)."""
-        shape = tuple(self.t2.shape)
+        :func:`~sequant_eval.chem.solver.mp2_guess` makes in memory, bitwise); with
+        ``numerators`` (block name -> ``(tensor, spaces)``), each of those blocks so, and
+        no singles."""
+        if numerators is None:
+            self._guess(ints.eri, "t2", ("a", "a", "i", "i"), d)
+            return {"t1": np.zeros(d.shapes["t1"]), "t2": self.t2}
+        for name, (tensor, spaces) in numerators.items():
+            self._guess(partial(ints.block, tensor), name, spaces, d)
+        return dict(self.blocks)
+
+    def _guess(self, read, name: str, spaces: tuple[str, ...], d: OrbitalDenominators):
+        block = self.blocks[name]
+        shape = tuple(block.shape)
         for lo, hi in slabs(shape, self.slab):
-            part = np.asarray(ints.eri(("a", "a", "i", "i"),
-                                       [(lo, hi)] + [(0, n) for n in shape[1:]]),
+            part = np.asarray(read(spaces, [(lo, hi)] + [(0, n) for n in shape[1:]]),
                               dtype=np.float64)
-            d.divide("t2", part, start=lo)
-            self.t2[lo:hi] = part
-        return {"t1": np.zeros(d.shapes["t1"]), "t2": self.t2}
+            d.divide(name, part, start=lo)
+            block[lo:hi] = part
 
     def refresh_exchange(self) -> None:
         """``u2 = 2 t2 - t2.transpose(0, 1, 3, 2)`` from the current ``t2``, slab by slab."""

@@ -51,7 +51,7 @@ class Solve:
         cc = self.cc
         program, ints = cc.program(), cc.integrals
         session = cc.storage.session(ints, cc.diis_space, triples="t3" in cc.amplitudes,
-                                     exchange=cc.exchange)
+                                     exchange=cc.exchange, layout=cc.layout)
         started = time.perf_counter()
         try:
             t_init, history = self._start(session)
@@ -81,7 +81,9 @@ class Solve:
                                  "checkpoint to continue from")
             with open_checkpoint(cc.chkfile) as ck:
                 ck.check(self.fingerprint)
-                layout = [(k, ck.amplitudes[k].shape) for k in cc.amplitudes]
+                spaces = {} if cc.layout is None else cc.layout.spaces
+                layout = [(k, ck.amplitudes[k].shape, *([spaces[k]] if k in spaces else []))
+                          for k in cc.amplitudes]
                 phases = ck.fingerprint.phases(self.fingerprint, layout)
                 t = session.restore(ck.amplitudes, phases)
                 if session.diis is not None and ck.diis is not None:
@@ -90,7 +92,7 @@ class Solve:
                 return t, list(ck.history)
         t = session.guess()
         if self.given:
-            t = session.restore({k: session.adopt(swap_halves(self.given[k]))
+            t = session.restore({k: session.adopt(swap_halves(self.given[k]), k)
                                  if k in self.given else v for k, v in t.items()})
         return t, []
 

@@ -38,6 +38,8 @@ __all__ = [
     "DIIS",
     "HDF5DIIS",
     "OrbitalDenominators",
+    "AmplitudeLayout",
+    "SPIN_ORBITAL_SPACES",
     "pulay_coefficients",
     "slabs",
     "swap_halves",
@@ -299,28 +301,96 @@ class OrbitalDenominators:
     """``D1[a, i] = e_i - e_a`` and ``D2[a, b, i, j] = e_i + e_j - e_a - e_b`` from the
     orbital energies, applied in place slab by slab (``divide``): ``D2`` is never formed
     whole. ``shapes`` maps ``"t1"``, ``"t2"`` to the amplitude shapes; ``[key]`` forms the
-    whole array (for callers that want one)."""
+    whole array (for callers that want one). :meth:`of_spaces` makes the same for any
+    singles and doubles blocks over named spaces (the unrestricted ``t2ab[a, A, i, I]``:
+    ``e_i + e_I - e_a - e_A``)."""
 
     def __init__(self, e_occ: np.ndarray, e_vir: np.ndarray) -> None:
-        self.d1 = np.ascontiguousarray(np.asarray(e_occ)[None, :] - np.asarray(e_vir)[:, None])
-        nv, no = self.d1.shape
-        self.shapes = {"t1": (nv, no), "t2": (nv, nv, no, no)}
+        self._init({"i": e_occ, "a": e_vir}, SPIN_ORBITAL_SPACES)
+
+    @classmethod
+    def of_spaces(cls, energies: Mapping[str, np.ndarray],
+                  spaces: Mapping[str, tuple[str, ...]]) -> "OrbitalDenominators":
+        """Denominators of the blocks ``spaces`` (name -> spaces, virtual slots first, one
+        or two virtual-occupied pairs) from the orbital energies of each space."""
+        out = cls.__new__(cls)
+        out._init(energies, spaces)
+        return out
+
+    def _init(self, energies: Mapping[str, np.ndarray],
+              spaces: Mapping[str, tuple[str, ...]]) -> None:
+        self._pairs: dict[str, list[np.ndarray]] = {}
+        for key, sp in spaces.items():
+            n = len(sp) // 2
+            if n not in (1, 2):
+                raise ShapeMismatch(f"OrbitalDenominators takes singles and doubles; "
+                                    f"{key!r} has {n} virtual-occupied pairs")
+            self._pairs[key] = [np.ascontiguousarray(np.asarray(energies[o])[None, :]
+                                                     - np.asarray(energies[v])[:, None])
+                                for v, o in zip(sp[:n], sp[n:])]
+        self.shapes = {k: tuple(p.shape[0] for p in ps) + tuple(p.shape[1] for p in ps)
+                       for k, ps in self._pairs.items()}
+        self.d1 = self._pairs["t1"][0] if "t1" in self._pairs else None
 
     def __getitem__(self, key: str) -> np.ndarray:
-        d1 = self.d1
-        if key == "t1":
-            return d1.copy()
-        return np.ascontiguousarray(d1[:, None, :, None] + d1[None, :, None, :])
+        pairs = self._pairs[key]
+        if len(pairs) == 1:
+            return pairs[0].copy()
+        return np.ascontiguousarray(pairs[0][:, None, :, None] + pairs[1][None, :, None, :])
 
     def divide(self, key: str, x: np.ndarray, start: int = 0) -> None:
         """``x /= D`` in place (the same quotients as dividing by the whole array); for
-        ``t2``, ``x`` may be the rows ``start:start + len(x)`` of the whole."""
-        d1 = self.d1
-        if key == "t1":
-            x /= d1
+        a doubles block, ``x`` may be the rows ``start:start + len(x)`` of the whole."""
+        pairs = self._pairs[key]
+        if len(pairs) == 1:
+            x /= pairs[0]
             return
+        first, second = pairs
         for a in range(x.shape[0]):
-            x[a] /= d1[start + a][None, :, None] + d1[:, None, :]
+            x[a] /= first[start + a][None, :, None] + second[:, None, :]
+
+
+#: The amplitude blocks of the spin-orbital and closed-shell methods (solver layout).
+SPIN_ORBITAL_SPACES = {"t1": ("a", "i"), "t2": ("a", "a", "i", "i")}
+
+
+@dataclass(frozen=True)
+class AmplitudeLayout:
+    """A method's amplitude blocks when they are not just ``t1``, ``t2`` over ``i``/``a``
+    (the unrestricted ``t1a``, ``t1b``, ``t2aa``, ``t2ab``, ``t2bb``): ``spaces`` per block
+    (solver layout, virtual slots first) and, per doubles block, the integral block
+    ``(tensor, spaces)`` whose quotient by the denominator is its MP2 guess (singles start
+    at zero). The integrals serve ``block(tensor, spaces, ranges)`` and
+    ``fock_diagonal(space)``."""
+
+    spaces: Mapping[str, tuple[str, ...]]
+    guess: Mapping[str, tuple[str, tuple[str, ...]]]
+
+    def shapes(self, extents: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Each block's shape at ``extents``."""
+        return {k: tuple(extents[s] for s in sp) for k, sp in self.spaces.items()}
+
+    def doubles(self) -> tuple[str, ...]:
+        """The blocks with four slots (kept on disk out of core)."""
+        return tuple(k for k, sp in self.spaces.items() if len(sp) == 4)
+
+    def denominators(self, ints: Any) -> OrbitalDenominators:
+        """The blocks' denominators from the Fock diagonals of ``ints``."""
+        names = {s for sp in self.spaces.values() for s in sp}
+        return OrbitalDenominators.of_spaces({s: ints.fock_diagonal(s) for s in names},
+                                             self.spaces)
+
+    def mp2_guess(self, ints: Any, d: OrbitalDenominators | None = None) -> Amplitudes:
+        """Zero singles and ``block / D`` doubles (in memory)."""
+        d = d or self.denominators(ints)
+        out = {}
+        for key, shape in d.shapes.items():
+            if key in self.guess:
+                out[key] = _own(ints.block(*self.guess[key]))   # a fresh read is used as is
+                d.divide(key, out[key])
+            else:
+                out[key] = np.zeros(shape)
+        return out
 
 
 def swap_halves(x: np.ndarray) -> np.ndarray:

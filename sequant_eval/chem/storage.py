@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .diis import DIIS, HDF5DIIS, slabs
-from .solver import denominators, mp2_guess, orbital_denominators
+from .solver import SPIN_ORBITAL_SPACES, denominators, mp2_guess, orbital_denominators
 
 __all__ = ["InMemory", "OnDisk", "Storage"]
 
@@ -43,19 +43,30 @@ def _exchange(t2: np.ndarray) -> np.ndarray:
     return u2
 
 
+def _shapes(ints: Any, layout: Any) -> dict[str, tuple[int, ...]]:
+    """The amplitude blocks' shapes: ``layout``'s (an
+    :class:`~sequant_eval.chem.solver.AmplitudeLayout`), else ``t1``, ``t2`` over ``i``/``a``."""
+    spaces = SPIN_ORBITAL_SPACES if layout is None else layout.spaces
+    return {k: tuple(ints.extents[s] for s in sp) for k, sp in spaces.items()}
+
+
 class _MemorySession:
     """One in-memory solve: amplitudes, denominators and DIIS vectors as arrays."""
 
     options: dict[str, Any] = {}
 
-    def __init__(self, ints: Any, diis_space: int, triples: bool) -> None:
-        self.ints, self.triples = ints, triples
+    def __init__(self, ints: Any, diis_space: int, triples: bool, layout: Any = None) -> None:
+        self.ints, self.triples, self.layout = ints, triples, layout
         self.diis = DIIS(diis_space) if diis_space >= 2 else None
 
     def guess(self) -> dict[str, Any]:
+        if self.layout is not None:
+            return self.layout.mp2_guess(self.ints)
         return mp2_guess(self.ints, triples=self.triples)
 
     def denominators(self) -> Any:
+        if self.layout is not None:
+            return self.layout.denominators(self.ints)
         return denominators(self.ints, triples=self.triples)
 
     def restore(self, amplitudes: Mapping[str, Any], phases: Any = None) -> dict[str, Any]:
@@ -65,14 +76,14 @@ class _MemorySession:
         out = {k: np.array(v[()] if hasattr(v, "id") else v, dtype=np.float64)
                for k, v in amplitudes.items()}
         if phases is not None:
-            for x in out.values():
-                phases.block(x)
+            for k, x in out.items():
+                phases.named(k, x)
         return out
 
     exchange = staticmethod(_exchange)
 
     @staticmethod
-    def adopt(x: np.ndarray) -> np.ndarray:
+    def adopt(x: np.ndarray, name: str | None = None) -> np.ndarray:
         """Given amplitudes as the solve works on them (in memory: themselves)."""
         return x
 
@@ -92,15 +103,16 @@ class InMemory:
         """The integral object the residual reads: ``ints`` itself."""
         return ints
 
-    def held_bytes(self, ints: Any) -> int:
+    def held_bytes(self, ints: Any, layout: Any = None) -> int:
         """Bytes charged to the budget besides the residual: none (the amplitudes and DIIS
         vectors held between residuals are outside the budget)."""
         return 0
 
     def session(self, ints: Any, diis_space: int, triples: bool = False,
-                exchange: bool = False) -> _MemorySession:
-        """The storage of one solve."""
-        return _MemorySession(ints, diis_space, triples)
+                exchange: bool = False, layout: Any = None) -> _MemorySession:
+        """The storage of one solve (``layout``: the method's
+        :class:`~sequant_eval.chem.solver.AmplitudeLayout`, None for ``t1``, ``t2``)."""
+        return _MemorySession(ints, diis_space, triples, layout)
 
     def describe(self, ints: Any) -> str | None:
         """A line for the summary (None: nothing to say)."""
@@ -110,9 +122,9 @@ class InMemory:
         return "InMemory()"
 
 
-def diis_chunk(ints: Any) -> int:
+def diis_chunk(ints: Any, layout: Any = None) -> int:
     """Elements per DIIS chunk on disk: an eighth of the amplitudes, within 1 Ki .. 128 Ki."""
-    n = ints.nocc * ints.nvir * (1 + ints.nocc * ints.nvir)
+    n = sum(int(np.prod(s)) for s in _shapes(ints, layout).values())
     return int(min(1 << 17, max(1 << 10, n // 8)))
 
 
@@ -121,19 +133,23 @@ class _DiskSession:
     (``amplitudes-PID-TOKEN.h5``, ``diis-PID-TOKEN.h5``), under this process's lock in the
     folder; :meth:`close` removes them, and so does a failure while they are made."""
 
-    def __init__(self, folder: Path, ints: Any, diis_space: int, exchange: bool) -> None:
+    def __init__(self, folder: Path, ints: Any, diis_space: int, exchange: bool,
+                 layout: Any = None) -> None:
         from .files import storage_error
         from .on_disk import AmplitudeFile
         from .scratch import acquire, token
 
         self.ints, self.folder, self.diis, self._open = ints, folder, None, True
+        self.layout = layout
         acquire(folder)
         try:
             scratch = str(folder / f"{{}}-{os.getpid()}-{token()}.h5")
             made_from = Path(getattr(ints, "path", "")).stem.partition("-")[2]
-            self.chunk = diis_chunk(ints)
-            self.amplitudes = AmplitudeFile(scratch.format("amplitudes"),
-                                            (ints.nvir,) * 2 + (ints.nocc,) * 2, self.chunk,
+            self.chunk = diis_chunk(ints, layout)
+            shapes = _shapes(ints, layout)
+            doubles = {"t2": shapes["t2"]} if layout is None else \
+                {k: shapes[k] for k in layout.doubles()}
+            self.amplitudes = AmplitudeFile(scratch.format("amplitudes"), doubles, self.chunk,
                                             exchange=exchange, made_from=made_from)
             try:
                 if diis_space >= 2:
@@ -148,34 +164,49 @@ class _DiskSession:
         self.options = {"in_place": True, "slab_elements": self.chunk}
 
     def guess(self) -> dict[str, Any]:
-        return self.amplitudes.mp2_guess(self.ints, orbital_denominators(self.ints))
+        if self.layout is None:
+            return self.amplitudes.mp2_guess(self.ints, orbital_denominators(self.ints))
+        d = self.layout.denominators(self.ints)
+        on_disk = self.amplitudes.mp2_guess(self.ints, d, self.layout.guess)
+        return {k: on_disk[k] if k in on_disk else np.zeros(shape)
+                for k, shape in d.shapes.items()}
 
     def denominators(self) -> Any:
-        return orbital_denominators(self.ints)
+        if self.layout is None:
+            return orbital_denominators(self.ints)
+        return self.layout.denominators(self.ints)
 
     def restore(self, amplitudes: Mapping[str, Any], phases: Any = None) -> dict[str, Any]:
-        """``t1`` in memory, ``t2`` copied slab by slab into the amplitude file (with
-        ``phases``' sign flips applied)."""
-        t2 = self.amplitudes.t2
-        source = amplitudes["t2"]
-        for lo, hi in slabs(tuple(t2.shape), self.chunk):
-            slab = np.array(source[lo:hi], dtype=np.float64)
-            t2[lo:hi] = slab if phases is None else phases.block(slab, lo)
-        t1 = amplitudes["t1"]
-        t1 = np.array(t1[()] if hasattr(t1, "id") else t1, dtype=np.float64)
-        return {"t1": t1 if phases is None else phases.block(t1), "t2": t2}
+        """The singles in memory, the doubles copied slab by slab into the amplitude file
+        (with ``phases``' sign flips applied)."""
+        out = {}
+        for name, source in amplitudes.items():
+            block = self.amplitudes.blocks.get(name)
+            if block is None:
+                x = np.array(source[()] if hasattr(source, "id") else source,
+                             dtype=np.float64)
+                out[name] = x if phases is None else phases.named(name, x)
+                continue
+            for lo, hi in slabs(tuple(block.shape), self.chunk):
+                slab = np.array(source[lo:hi], dtype=np.float64)
+                block[lo:hi] = slab if phases is None else phases.named(name, slab, lo)
+            out[name] = block
+        return out
 
     def exchange(self, t2: Any) -> Any:
         self.amplitudes.refresh_exchange()
         return self.amplitudes.u2
 
-    def adopt(self, x: np.ndarray) -> np.ndarray:
+    def adopt(self, x: np.ndarray, name: str | None = None) -> np.ndarray:
         """Given amplitudes (the run's orbitals) in the integral file's orbitals."""
-        return self.ints.flip(x) if hasattr(self.ints, "flip") else np.array(x)
+        if not hasattr(self.ints, "flip"):
+            return np.array(x)
+        spaces = None if self.layout is None or name is None else self.layout.spaces[name]
+        return self.ints.flip(x, spaces)
 
     def finish(self, t: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The converged amplitudes, read into memory (in the run's orbitals)."""
-        return {k: self.adopt(v[()]) for k, v in t.items()}
+        return {k: self.adopt(v[()], k) for k, v in t.items()}
 
     def close(self) -> None:
         """Remove the scratch files (each even when another fails) and release the lock."""
@@ -231,15 +262,17 @@ class OnDisk:
         disk.removed = removed
         return disk
 
-    def held_bytes(self, ints: Any) -> int:
-        """``t1`` and two slabs (DIIS chunks, or rows of the doubles on disk)."""
-        no, nv = ints.nocc, ints.nvir
-        return 8 * no * nv + 16 * max(diis_chunk(ints), nv * no * no)
+    def held_bytes(self, ints: Any, layout: Any = None) -> int:
+        """The singles and two slabs (DIIS chunks, or rows of the doubles on disk)."""
+        shapes = _shapes(ints, layout).values()
+        singles = sum(int(np.prod(s)) for s in shapes if len(s) == 2)
+        row = max(int(np.prod(s[1:])) for s in shapes if len(s) == 4)
+        return 8 * singles + 16 * max(diis_chunk(ints, layout), row)
 
     def session(self, ints: Any, diis_space: int, triples: bool = False,
-                exchange: bool = False) -> _DiskSession:
+                exchange: bool = False, layout: Any = None) -> _DiskSession:
         """The storage of one solve (scratch files removed by ``close()``)."""
-        return _DiskSession(self.directory, ints, diis_space, exchange)
+        return _DiskSession(self.directory, ints, diis_space, exchange, layout)
 
     def describe(self, ints: Any) -> str:
         """``integrals on disk: PATH (SIZE, reused, verified | written | rewritten (why))``,

@@ -168,19 +168,19 @@ def test_spin_orbital_path_gives_the_same_energy():
     assert abs(cs.e_corr - so.e_corr) < 1e-10
 
 
-def test_uhf_reference_takes_the_spin_orbital_path():
-    """Oracle: PySCF UCCSD on the OH radical, STO-3G (O 0 0 0; H 0 0 0.97)."""
+def test_uhf_reference_takes_the_spin_orbital_path_when_asked():
+    """Oracle: PySCF UCCSD on the OH radical, STO-3G (O 0 0 0; H 0 0 0.97); without
+    ``spin_orbital=True`` a UHF takes the unrestricted path (tests/chem/test_uccsd.py)."""
     mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", spin=1, basis="sto-3g", verbose=0))
     mf.conv_tol = 1e-12
     mf.kernel()
-    ours = sc.CCSD(mf, **TIGHT).run()
+    ours = sc.CCSD(mf, spin_orbital=True, **TIGHT).run()
     ref = cc.UCCSD(mf)
     ref.conv_tol, ref.conv_tol_normt = 1e-11, 1e-9
     ref.kernel()
     assert ours.spin_orbital and ours.converged
     assert abs(ours.e_corr - ref.e_corr) < 1e-9
-    with pytest.raises(UnsupportedFeature, match="spin_orbital=True"):
-        sc.CCSD(mf, spin_orbital=False)
+    assert type(sc.CCSD(mf)) is sc.UCCSD
 
 
 def test_result_attributes_and_memory_report(water_631g):

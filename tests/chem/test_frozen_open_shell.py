@@ -1,7 +1,8 @@
 """``frozen`` means what PySCF means on the open shells too: for a UHF or ROHF (taken
 through its GHF by the spin-orbital equations) ``frozen=N`` freezes the N lowest spatial
 orbitals of *each* spin, a list names spatial orbitals of both spins and ``[alpha, beta]``
-each spin's, as ``pyscf.cc.UCCSD(frozen=...)``. Oracle: PySCF ``cc.UCCSD`` on the same
+each spin's, as ``pyscf.cc.UCCSD(frozen=...)`` (``sc.GCCSD`` here: ``CCSD(mf)`` takes a UHF
+to the unrestricted path, whose frozen orbitals tests/chem/test_uccsd.py checks). Oracle: PySCF ``cc.UCCSD`` on the same
 mean field, run here at the same tight thresholds."""
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_oh_cc_pvdz_frozen_1_equals_uccsd():
     """OH/cc-pVDZ UHF, ``frozen=1``: E_corr equals PySCF ``UCCSD(frozen=1)`` to 1e-9
     (measured 5e-11; before, the O 1s alpha spin orbital alone was frozen, 7.95e-4 off)."""
     mf = _uhf(OH, "cc-pvdz", 1)
-    ours = sc.CCSD(mf, frozen=1, **TIGHT).run()
+    ours = sc.GCCSD(mf, frozen=1, **TIGHT).run()
     assert ours.converged and ours.integrals.nfrozen == 2
     assert abs(ours.e_corr - _uccsd(mf, 1)) < 1e-9
 
@@ -52,14 +53,14 @@ def test_triplet_o2_frozen_2_equals_uccsd():
     """Triplet O2/6-31G UHF, ``frozen=2`` (the two 1s spatial orbitals of each spin):
     E_corr equals PySCF ``UCCSD(frozen=2)`` to 1e-9 (measured 2e-11)."""
     mf = _uhf("O 0 0 0; O 0 0 1.21", "6-31g", 2)
-    ours = sc.CCSD(mf, frozen=2, **TIGHT).run()
+    ours = sc.GCCSD(mf, frozen=2, **TIGHT).run()
     assert ours.converged and ours.integrals.nfrozen == 4
     assert abs(ours.e_corr - _uccsd(mf, 2)) < 1e-9
 
 
 def test_per_spin_lists_equal_uccsd(oh_sto3g):
     """``frozen=[[0], [0, 1]]``: one alpha, two beta orbitals (PySCF UCCSD's form)."""
-    ours = sc.CCSD(oh_sto3g, frozen=[[0], [0, 1]], **TIGHT).run()
+    ours = sc.GCCSD(oh_sto3g, frozen=[[0], [0, 1]], **TIGHT).run()
     assert ours.integrals.nfrozen == 3
     assert abs(ours.e_corr - _uccsd(oh_sto3g, [[0], [0, 1]])) < 1e-9
 
@@ -68,7 +69,7 @@ def test_rohf_frozen_counts_spatial_orbitals():
     """ROHF OH/STO-3G ``frozen=1``: the O 1s of both spins (oracle: PySCF ``UCCSD`` on the
     same ROHF, which it converts to UHF with the same orbitals)."""
     mf = _uhf(OH, "sto-3g", 1, cls=scf.ROHF)
-    ours = sc.CCSD(mf, frozen=1, **TIGHT).run()
+    ours = sc.GCCSD(mf, frozen=1, **TIGHT).run()
     assert ours.integrals.nfrozen == 2
     assert abs(ours.e_corr - _uccsd(scf.addons.convert_to_uhf(mf), 1)) < 1e-9
 
@@ -87,4 +88,4 @@ def test_spin_orbital_indices_of_a_uhf(oh_sto3g):
                                            ("core", "give the number")])
 def test_bad_open_shell_frozen_is_refused(oh_sto3g, frozen, match):
     with pytest.raises(UnsupportedFeature, match=match):
-        sc.CCSD(oh_sto3g, frozen=frozen)
+        sc.GCCSD(oh_sto3g, frozen=frozen)

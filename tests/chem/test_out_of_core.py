@@ -217,8 +217,8 @@ def test_open_shell_reference_from_disk(tmp_path):
     mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0))
     mf.conv_tol = 1e-12
     mf.kernel()
-    ref = CCSD(mf, **TIGHT).run()
-    cc = CCSD(mf, integrals_on_disk=tmp_path, **TIGHT).run()
+    ref = CCSD(mf, spin_orbital=True, **TIGHT).run()
+    cc = CCSD(mf, spin_orbital=True, integrals_on_disk=tmp_path, **TIGHT).run()
     cc.close()
     assert cc.spin_orbital and cc.converged and ref.converged
     assert abs(cc.e_corr - ref.e_corr) < 1e-10
