@@ -1,7 +1,7 @@
 """The ``sequant-eval`` command line.
 
     sequant-eval ccsd [--atom "O 0 0 0.117; ..." | --xyz F] [--basis cc-pvdz] [--frozen N]
-                      [--method ccsd|ccsdt]                    CC with a memory report
+                      [--charge Q --spin 2S] [--method ccsd|ccsdt]  CC with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
     sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
     sequant-eval regen-equations [--check]                     re-derive the CC equations
@@ -259,8 +259,9 @@ def _method(args: argparse.Namespace, mf):
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
     """CCSD (or, with ``--method ccsdt``, spin-orbital CCSDT) on a molecule (closed-shell
-    CCSD equations for a closed-shell RHF), one line per iteration, then energies and the
-    memory report; ``--json`` writes them as JSON."""
+    CCSD equations for a closed-shell RHF, unrestricted ones for an open shell's UHF), one
+    line per iteration, then energies and the memory report; ``--json`` writes them as
+    JSON."""
     from .chem import molecules
     from .chem.process_memory import RSSWatch
     from .units import format_bytes
@@ -273,7 +274,7 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
         atom = args.atom if args.atom is not None else molecules.read_xyz(args.xyz)
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
-    mol = molecules.molecule_from_atoms(atom, args.basis, args.charge)
+    mol = molecules.molecule_from_atoms(atom, args.basis, args.charge, args.spin)
     mf = molecules.mean_field(mol)
     if args.integrals_on_disk is not None or args.chkfile or args.restart:
         import_module("h5py")     # imported before the baseline: it is not the run's memory
@@ -287,7 +288,8 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     if growth is not None:
         print(f"  peak RSS growth since SCF  {format_bytes(growth)} ({growth} B)")
     if args.json:
-        data = dict(mycc.to_dict(), atom=atom, charge=args.charge, peak_rss_growth_bytes=growth)
+        data = dict(mycc.to_dict(), atom=atom, charge=args.charge, spin=mol.spin,
+                    peak_rss_growth_bytes=growth)
         _write(args.json, "--json", json.dumps(data, indent=1) + "\n")
     return 0 if mycc.converged else 1
 
@@ -467,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--xyz", help="an XYZ file (Angstrom)")
     p.add_argument("--basis", default="cc-pvdz")
     p.add_argument("--charge", type=int, default=0)
+    p.add_argument("--spin", type=int, default=None, metavar="2S",
+                   help="unpaired electrons, PySCF's convention (default: 0 or 1 by the "
+                        "electron count); open shells run UCCSD on a UHF")
     p.add_argument("--frozen", default="0", metavar="N|LIST",
                    help="PySCF's frozen: leave the N lowest spatial orbitals uncorrelated "
                         "(of each spin for UHF/ROHF, as pyscf.cc.UCCSD(frozen=N)), or the "
@@ -477,7 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="residual norm threshold (default 1e-5)")
     p.add_argument("--max-iter", type=int, default=50)
     p.add_argument("--spin-orbital", action="store_true",
-                   help="spin-orbital equations (the default for open shells)")
+                   help="spin-orbital equations (GCCSD) instead of the closed-shell (RHF) "
+                        "or unrestricted (UHF) ones")
     p.add_argument("--no-intermediates", action="store_true",
                    help="closed shell: evaluate the plain equations in one program instead "
                         "of with common-factor intermediates (more flops, less held memory)")

@@ -37,7 +37,8 @@ from sequant_eval.errors import SequantEvalError
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyscf import gto
 
-__all__ = ["UnknownMolecule", "UnknownBasis", "BadGeometry", "GEOMETRIES", "known_molecules",
+__all__ = ["UnknownMolecule", "UnknownBasis", "BadGeometry", "SpinMismatch", "GEOMETRIES",
+           "known_molecules",
            "geometry", "build_molecule", "molecule_from_atoms", "read_xyz", "mean_field",
            "chemical_formula"]
 
@@ -55,6 +56,11 @@ class UnknownBasis(SequantEvalError):
 
 class BadGeometry(SequantEvalError):
     """Atom text or an XYZ file PySCF cannot read, or an impossible charge."""
+
+
+class SpinMismatch(BadGeometry):
+    """A spin (``2S``, PySCF's: unpaired electrons) the electron count cannot have: of the
+    other parity, negative, or more than the electrons."""
 
 
 #: name -> geometry as PySCF atom text (Angstrom).
@@ -161,9 +167,12 @@ def read_xyz(path: str) -> str:
     return "; ".join(ln for ln in lines if ln and not ln.startswith("#"))
 
 
-def molecule_from_atoms(atom: str, basis: str, charge: int = 0) -> "gto.Mole":
+def molecule_from_atoms(atom: str, basis: str, charge: int = 0,
+                        spin: int | None = None) -> "gto.Mole":
     """A PySCF molecule from atom text (``"O 0 0 0.117; H 0 0.757 -0.469; ..."``, Angstrom);
-    the lowest spin the electron count allows (singlet or doublet), no symmetry, silent."""
+    ``spin`` is PySCF's ``2S`` (the unpaired electrons; by default the lowest the electron
+    count allows: singlet or doublet), refused (:class:`SpinMismatch`) when the electron
+    count cannot have it; no symmetry, silent."""
     import warnings
 
     from pyscf import gto
@@ -171,7 +180,16 @@ def molecule_from_atoms(atom: str, basis: str, charge: int = 0) -> "gto.Mole":
 
     mol = gto.Mole(atom=atom, basis=basis, charge=charge, unit="Angstrom", symmetry=False,
                    verbose=0)
-    spin = _electrons(mol) % 2
+    electrons = _electrons(mol)
+    if spin is None:
+        spin = electrons % 2
+    elif spin < 0 or spin > electrons or (electrons - spin) % 2:
+        allowed = "0, 2, 4, ..." if electrons % 2 == 0 else "1, 3, 5, ..."
+        why = "negative" if spin < 0 else f"more than the {electrons} electrons" \
+            if spin > electrons else f"of the other parity than the {electrons} electrons"
+        raise SpinMismatch(f"--spin {spin} with --charge {charge}: {electrons} electrons "
+                           f"cannot have {spin} unpaired ({why}); give --spin {allowed} "
+                           f"(2S, PySCF's convention) or another --charge")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
