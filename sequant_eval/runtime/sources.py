@@ -15,7 +15,9 @@ A tensor may be given as
 
 Nothing is read before the engine needs it: a leaf read inside batch loops asks its source
 for exactly that batch's sub-block (``LeafReader.read``), so an array-like on disk is
-never read whole.
+never read whole. A leaf that is a tensor's diagonal (``T{a,a,b}``) is read through
+``Diagonal`` (a strided view copied, or in pieces of at most a sixteenth of the batch or
+one diagonal entry's slab); the all-ones leaf of an index summed inside one factor is made here, never asked for.
 
 Integers of every width are read as float64 (``TensorSource.dtype``).
 
