@@ -18,7 +18,7 @@ from ..expr.index import Index
 from ..forest.values import TermTree
 from .loops import LoopKind, Open
 from .policy import BatchPolicy
-from .profile import Profile, leaf_profile, node_profile
+from .profile import Profile, combine_held, held_upto, leaf_profile, node_profile
 from .regime import footprint_bytes
 from .sizes import Sizer
 
@@ -161,6 +161,15 @@ class TermDP:
 
     def _combine(self, n: int, ctx: tuple[int, ...], opens: tuple[int, ...], first: int,
                  kids: tuple[Profile, Profile]) -> Profile:
+        depth, accs, part, flops = self._node_terms(n, ctx, opens)
+        a, b = (kids[0], kids[1]) if first == 0 else (kids[1], kids[0])
+        return node_profile(a, b, depth, accs, part, flops)
+
+    def _node_terms(self, n: int, ctx: tuple[int, ...], opens: tuple[int, ...]
+                    ) -> tuple[int, tuple[int, ...], int, int]:
+        """What node n adds when it opens ``opens`` under ``ctx``, whichever child runs
+        first and however the children are realized: (depth, accumulators, per-batch part,
+        flops), as ``node_profile`` takes them."""
         chain = ctx + opens
         part = self._footprint(n, self._sliced_mask(n, chain))
         # after the j-th own loop closes the node exists in this form, allocated when that
@@ -175,8 +184,7 @@ class TermDP:
             accs = (0,) + accs[1:]
         if opens and self.policy.accumulation_factor != 1.0:
             part = int(part * self.policy.accumulation_factor)
-        a, b = (kids[0], kids[1]) if first == 0 else (kids[1], kids[0])
-        return node_profile(a, b, depth, accs, part, self._flops(n, chain))
+        return depth, accs, part, self._flops(n, chain)
 
     def profile_of(self, config: dict[int, tuple[tuple[Open, ...], int]],
                    n: int | None = None, ctx: tuple[Open, ...] = ()) -> Profile:
@@ -245,13 +253,23 @@ class TermDP:
             fu = self._solve(u, self._prefix(chain, self._mask[u]))
             fv = self._solve(v, self._prefix(chain, self._mask[v]))
             spelled = tuple(self._opens[i] for i in opens)
+            depth, accs, part, flops = self._node_terms(n, ctx, opens)
+            inner = depth + len(accs)
+            hu = [held_upto(c.profile, inner) for c in fu]
+            hv = [held_upto(c.profile, inner) for c in fv]
+            nopen = len(opens)
             for first in (default_first, 1 - default_first):
                 mine = ((n, spelled, first),) if opens or first != default_first else ()
-                for cu in fu:
-                    for cv in fv:
-                        prof = self._combine(n, ctx, opens, first, (cu.profile, cv.profile))
-                        found.append(Candidate(prof, cu.config + cv.config + mine,
-                                               cu.nloops + cv.nloops + len(opens)))
+                for cu, su in zip(fu, hu):
+                    pu, gu, lu = cu.profile, cu.config, cu.nloops + nopen
+                    for cv, sv in zip(fv, hv):
+                        if first == 0:
+                            prof = combine_held(pu, su, cv.profile, sv, depth, accs, part,
+                                                flops)
+                        else:
+                            prof = combine_held(cv.profile, sv, pu, su, depth, accs, part,
+                                                flops)
+                        found.append(Candidate(prof, gu + cv.config + mine, lu + cv.nloops))
         result = _pareto(found)
         self.memo[key] = result
         return result

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Profile", "leaf_profile", "node_profile"]
+__all__ = ["Profile", "leaf_profile", "node_profile", "held_upto", "combine_held"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,20 @@ def node_profile(first: Profile, second: Profile, depth: int, accumulators: tupl
     result of the innermost block (the result itself when the node opens no loop).
     """
     inner = depth + len(accumulators)
-    fh, sh = _cumulative(first, inner), _cumulative(second, inner)
+    return combine_held(first, _cumulative(first, inner), second, _cumulative(second, inner),
+                        depth, accumulators, part, flops)
+
+
+def held_upto(p: Profile, upto: int) -> list[int]:
+    """``[p.held(d) for d in range(upto + 1)]`` (what ``combine_held`` takes per child)."""
+    return _cumulative(p, upto)
+
+
+def combine_held(first: Profile, fh: list[int], second: Profile, sh: list[int], depth: int,
+                 accumulators: tuple[int, ...], part: int, flops: int) -> Profile:
+    """``node_profile`` with each child's ``held_upto(child, depth + len(accumulators))``
+    given (the DP reuses them over every pairing of the children's realizations)."""
+    inner = depth + len(accumulators)
     fpk, spk = first.pk, second.pk
     nf, ns = len(fpk), len(spk)
     pk = []

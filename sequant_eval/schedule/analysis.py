@@ -54,11 +54,19 @@ class ScheduleAnalysis:
 
 def term_peak(forest: Forest, plan: BatchPlan):
     """A checker for ``plan_forest(exact=...)``: the static peak of one term scheduled alone
-    (its tree's forms only, without the equation sum it feeds)."""
+    (its tree's forms only, without the equation sum it feeds).
+
+    The one-term forest shares the forest's values, so their shapes are computed once for
+    every term checked; only what the peak needs is derived (no flops)."""
     from dataclasses import replace as _replace
 
     from ..forest.values import Root, SumEntry, Value, ValueKind
     from .forms import FormKind
+
+    regime = plan.extents if isinstance(plan.extents, Regime) else Regime.from_extents(
+        plan.extents)
+    base = value_shapes(forest, regime)
+    itemsize = plan.policy.itemsize
 
     def exact(tp, loops) -> int:
         sid = len(forest.values)
@@ -70,9 +78,21 @@ def term_peak(forest: Forest, plan: BatchPlan):
         shift = {l.id: k for k, l in enumerate(loops)}
         local = tuple(_replace(l, id=shift[l.id]) for l in loops)
         tp = _replace(tp, opens=tuple(tuple(shift[i] for i in o) for o in tp.opens))
-        a = analyze_schedule(alone, _replace(plan, terms=(tp,), loops=local))
-        cells = [c for c in a.cells if a.rich.forms[c.form].kind is not FormKind.SUM]
-        return peak_profile_sweep(cells, len(a.points), a.transient()).peak_bytes
+        one = _replace(plan, terms=(tp,), loops=local)
+        rich, ordered = boulevard_and_order(alone, one)
+        if ordered is None:
+            ordered = build_ordered_schedule(rich)  # raises: why it cannot be sequenced
+        if one.policy.sinks:
+            ordered = replace(ordered, sinks=sunk_sums(ordered, alone, one.policy.sinks))
+        shapes = base + (regime.mode_sizes(total.spaces, total.groups),)
+        points = schedule_points(ordered)
+        cells = liveness(ordered, alone, shapes, itemsize, points)
+        moved = {(points[k].form, points[k].entry) for k in moves(ordered, alone, points)}
+        layouts = sum_layouts(ordered, alone, shapes, moved)
+        scratch = kernel_scratch(ordered, alone, shapes, layouts)
+        kept = [c for c in cells if rich.forms[c.form].kind is not FormKind.SUM]
+        return peak_profile_sweep(kept, len(points), transients(
+            ordered, alone, shapes, points, scratch, itemsize)).peak_bytes
 
     return exact
 
