@@ -160,7 +160,7 @@ def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> boo
 
 
 def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
-              forms: list[Form]) -> _UnionFind | None:
+              checker: _Checker) -> _UnionFind | None:
     pairs = list(zip(a.scope, b.scope)) + [(x, y) for (_, x), (_, y) in zip(a.sliced, b.sliced)]
     pairs += list(zip(a.partial, b.partial))
     pairs += list(zip(a.span, b.span))
@@ -172,7 +172,7 @@ def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
         trial.union(x, y)
     if all(uf.find(x) == uf.find(y) for x, y in pairs):
         return None                       # nothing new to fuse
-    return None if _violates(forms, loops, trial) else trial
+    return None if checker.violates(uf, trial) else trial
 
 
 def _shape(form: Form) -> tuple:
@@ -190,33 +190,213 @@ def _tied(plan: BatchPlan) -> _UnionFind:
     return uf
 
 
+class _Checker:
+    """``_violates`` for a fusion on top of a state that does not violate, touching only
+    what the fusion changes.
+
+    A new violation of (a) or (b) needs two loops newly in one class, so one of them
+    changed its representative: only the forms that involve a changed loop, and for (b)
+    their readers and what they read, are looked at. (d) runs on the distinct (outer, inner)
+    loop pairs of all nests, mapped through the trial: a few hundred pairs, not every form.
+    The result is ``_violates(forms, loops, trial)`` whenever ``_violates(forms, loops,
+    uf)`` is False (a property test checks it against the full rule)."""
+
+    def __init__(self, forms: list[Form], loops: tuple[Loop, ...], start: _UnionFind) -> None:
+        self.forms = forms
+        self.loops = loops
+        self.uses: dict[int, list[int]] = defaultdict(list)
+        self.readers: dict[int, list[int]] = defaultdict(list)
+        pairs: set[tuple[int, int]] = set()
+        for form in forms:
+            for l in form.loops():
+                self.uses[l].append(form.id)
+            for o in form.operands:
+                self.readers[o].append(form.id)
+            if form.source >= 0:
+                self.readers[form.source].append(form.id)
+            nest = list(form.scope)
+            pairs.update(zip(nest, nest[1:] + list(form.span)))
+        self.pairs = sorted(pairs)
+        self.broken = _violates(forms, loops, start)   # then every fusion is refused
+
+    def _contracted_assemble(self, fid: int) -> bool:
+        form = self.forms[fid]
+        return form.kind is FormKind.ASSEMBLE and self.loops[form.via].kind is LoopKind.CONTRACTED
+
+    def violates(self, uf: _UnionFind, trial: _UnionFind) -> bool:
+        if self.broken:
+            return True
+        f = trial.find
+        changed = [l for l in trial.parent if f(l) != uf.find(l)]
+        touched = sorted({fid for l in changed for fid in self.uses.get(l, ())})
+        forms = self.forms
+        for fid in touched:                                          # (a)
+            form = forms[fid]
+            nest = [f(l) for l in form.scope]
+            sliced = [f(l) for _, l in form.sliced]
+            if len(set(nest)) != len(nest) or len(set(sliced)) != len(sliced):
+                return True
+            span = [f(l) for l in form.span]
+            if set(span) & set(nest) or len(set(span)) != len(span):
+                return True
+        for fid in touched:                                          # (b)
+            form = forms[fid]
+            if self._contracted_assemble(fid):
+                via = f(form.via)
+                if any(via in {f(l) for l in forms[r].scope} for r in self.readers[fid]):
+                    return True
+            scope = {f(l) for l in form.scope}
+            for o in form.operands + ((form.source,) if form.source >= 0 else ()):
+                if self._contracted_assemble(o) and f(forms[o].via) in scope:
+                    return True
+        edges: dict[int, set[int]] = defaultdict(set)                # (d)
+        for a, b in self.pairs:
+            edges[f(a)].add(f(b))
+        state: dict[int, int] = {}
+
+        def cyclic(n: int) -> bool:
+            state[n] = 1
+            for m in edges[n]:
+                if state.get(m) == 1 or (m not in state and cyclic(m)):
+                    return True
+            state[n] = 2
+            return False
+
+        return any(n not in state and cyclic(n) for n in list(edges))
+
+
+class _Canon:
+    """Canonical ids (as ``_canonical_ids``, before unread forms are dropped) for a prefix
+    of the forms, kept up to date as fusion proceeds: a fusion changes the keys only of
+    the forms from the first one involving a loop whose representative changed, so only
+    that suffix of the prefix is recomputed, and forms are keyed only as far as the walk
+    has reached."""
+
+    def __init__(self, forms: list[Form], uf: _UnionFind) -> None:
+        self.forms = forms
+        self.uf = uf
+        self.first: dict[int, int] = {}            # loop → first form involving it
+        for form in forms:
+            for l in form.loops():
+                self.first.setdefault(l, form.id)
+        self.canon: list[int] = []
+        self.index: dict[tuple, int] = {}
+        self.alias: dict[int, int] = {}
+        self.log: list[tuple[int, tuple]] = []     # (form position, key) per index entry
+        self.count = 0
+
+    def ids(self, upto: int) -> list[int]:
+        """Canonical ids of forms 0..upto (at least)."""
+        f = self.uf.find
+        leaf = FormKind.LEAF
+        canon, index, alias, log = self.canon, self.index, self.alias, self.log
+        for pos in range(len(canon), upto + 1):
+            form = self.forms[pos]
+            sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
+            partial = tuple(f(l) for l in form.partial)
+            scope = tuple(f(l) for l in form.scope)
+            operands = tuple(canon[o] for o in form.operands)
+            source = canon[form.source] if form.source >= 0 else -1
+            via = f(form.via) if form.via >= 0 else -1
+            also = tuple(f(l) for l in form.also)
+            if form.kind is leaf:
+                key = (form.kind, form.value, sliced, partial, scope, operands, source, via,
+                       form.owner, also)
+            else:
+                key = (form.kind, form.value, sliced, partial, scope,
+                       tuple(alias.get(o, o) for o in operands), source, via, form.owner, also)
+            k = index.get(key)
+            if k is None:
+                k = index[key] = self.count
+                self.count += 1
+                log.append((pos, key))
+                if form.kind is leaf:
+                    bare = key[:8] + (-1,) + key[9:]
+                    if bare not in index:
+                        index[bare] = k
+                        log.append((pos, bare))
+                    alias[k] = index[bare]
+            canon.append(k)
+        return canon
+
+    def fused(self, old: _UnionFind, new: _UnionFind) -> None:
+        """Move to ``new`` (``old`` with a fusion kept): forget the forms from the first
+        one that involves a loop whose representative changed."""
+        changed = [l for l in new.parent if new.find(l) != old.find(l)]
+        self.uf = new
+        start = min((self.first.get(l, len(self.forms)) for l in changed),
+                    default=len(self.forms))
+        if start >= len(self.canon):
+            return
+        del self.canon[start:]
+        while self.log and self.log[-1][0] >= start:
+            del self.index[self.log.pop()[1]]
+        self.count = max(self.index.values(), default=-1) + 1
+        for k in [k for k in self.alias if k >= self.count]:
+            del self.alias[k]
+
+
 def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
-          alone: frozenset[int] = frozenset()) -> _UnionFind:
+          alone: frozenset[int] = frozenset(), veto: frozenset = frozenset(),
+          kept: list | None = None) -> _UnionFind:
     """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow.
     Loops of the terms in ``alone`` (the terms of sliced inner sums) are not fused with
     other terms' loops: inside the tied loop each term's batch is added into the inner
-    sum as soon as it is made, not held until a fused block has made its neighbours'."""
+    sum as soon as it is made, not held until a fused block has made its neighbours'.
+    ``veto``: (form, other) pairs not to fuse; ``kept``, when given, receives
+    ((form, other), state after it) for every fusion kept, in order."""
     uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
+    checker = _Checker(forms, loops, uf)
+    canon = _Canon(forms, uf)
     seen: dict[tuple, list[Form]] = defaultdict(list)
-    canon = None
     for form in forms:
         if not (form.scope or form.span):
             continue
         for other in seen[_shape(form)]:
             if other.term == form.term or other.term in alone or form.term in alone:
                 continue
-            if canon is None:
-                canon = _canonical_ids(forms, uf)
-            if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
+            if (form.id, other.id) in veto:
                 continue
-            if other.source >= 0 and canon[other.source] != canon[form.source]:
+            ids = canon.ids(form.id)
+            if [ids[o] for o in other.operands] != [ids[o] for o in form.operands]:
                 continue
-            trial = _try_fuse(form, other, loops, uf, forms)
+            if other.source >= 0 and ids[other.source] != ids[form.source]:
+                continue
+            trial = _try_fuse(form, other, loops, uf, checker)
             if trial is not None and accept(trial):
-                uf, canon = trial, None
+                canon.fused(uf, trial)
+                uf = trial
+                if kept is not None:
+                    kept.append(((form.id, other.id), trial))
                 break
         seen[_shape(form)].append(form)
     return uf
+
+
+def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
+                  alone: frozenset[int]) -> _UnionFind:
+    """Greedy fusion in which every kept fusion leaves ``ok`` true (the schedule stays
+    sequencable), found by bisection instead of checking each fusion: fuse everything the
+    rules allow; if the result is not ``ok``, find the first kept fusion after which it is
+    not (bisection over the kept sequence), refuse that one, and fuse again. The same
+    result as checking each kept fusion as it is made wherever a state that is not ``ok``
+    stays so as fusions are added; ``ok`` runs about log2(fusions) times per refusal."""
+    if not ok(start):                   # (rare) check each fusion as it is made
+        return _fuse(forms, loops, ok, start, alone)
+    veto: set = set()
+    while True:
+        kept: list = []
+        uf = _fuse(forms, loops, lambda uf: True, start, alone, frozenset(veto), kept)
+        if not kept or ok(uf):
+            return uf
+        lo, hi = 0, len(kept)           # after lo fusions ok; after hi not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(kept[mid - 1][1]):
+                lo = mid
+            else:
+                hi = mid
+        veto.add(kept[hi - 1][0])
 
 
 def _ordered(rich: RichSchedule):
@@ -256,8 +436,8 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan):
     if ordered is None:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
-        rich = finish(_fuse(forms, loops, lambda uf: _sequencable(finish(uf)), _tied(plan),
-                            alone))
+        rich = finish(_fuse_checked(forms, loops, lambda uf: _sequencable(finish(uf)),
+                                    _tied(plan), alone))
         ordered = _ordered(rich)
         if ordered is None:
             rich = finish(_tied(plan))

@@ -1,0 +1,130 @@
+"""Loop fusion's fast paths against the plain rules they replace.
+
+Oracles: the greedy fusion written out with the full rule check (``boulevard._violates``
+over every form for every candidate) and the canonical ids rebuilt from scratch after every
+kept fusion (``boulevard._canonical_ids``): the fast fusion (incremental canonical ids,
+``_Checker`` looking only at what a fusion changes) must keep exactly the same fusions;
+and the bisecting sequencability fallback (``_fuse_checked``) must keep what checking every
+fusion keeps.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+import pytest
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sequant_eval as se
+from sequant_eval.chem.equations import ccsd_text, closed_shell_text
+from sequant_eval.expr import parse
+from sequant_eval.forest import build_forest
+from sequant_eval.plan import BatchPlan, BatchPolicy
+from sequant_eval.plan.planner import TermPlanner
+from sequant_eval.schedule import boulevard
+from sequant_eval.schedule.analysis import term_peak
+from sequant_eval.schedule.forms import build_forms
+
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                        HealthCheck.filter_too_much])
+
+
+def _reference_fuse(forms, loops, accept, start=None, alone=frozenset()):
+    """The greedy fusion as it was: canonical ids rebuilt after every kept fusion, the
+    full rule check per candidate."""
+    uf = start.copy() if start is not None else boulevard._UnionFind(l.id for l in loops)
+    seen = defaultdict(list)
+    canon = None
+    for form in forms:
+        if not (form.scope or form.span):
+            continue
+        for other in seen[boulevard._shape(form)]:
+            if other.term == form.term or other.term in alone or form.term in alone:
+                continue
+            if canon is None:
+                canon = boulevard._canonical_ids(forms, uf)
+            if [canon[o] for o in other.operands] != [canon[o] for o in form.operands]:
+                continue
+            if other.source >= 0 and canon[other.source] != canon[form.source]:
+                continue
+            pairs = list(zip(form.scope, other.scope)) + [
+                (x, y) for (_, x), (_, y) in zip(form.sliced, other.sliced)]
+            pairs += list(zip(form.partial, other.partial)) + list(zip(form.span, other.span))
+            trial = uf.copy()
+            bad = False
+            for x, y in pairs:
+                lx, ly = loops[x], loops[y]
+                if (lx.kind, lx.space, lx.block) != (ly.kind, ly.space, ly.block):
+                    bad = True
+                    break
+                trial.union(x, y)
+            if bad or all(uf.find(x) == uf.find(y) for x, y in pairs):
+                continue
+            if boulevard._violates(forms, loops, trial):
+                continue
+            if accept(trial):
+                uf, canon = trial, None
+                break
+        seen[boulevard._shape(form)].append(form)
+    return uf
+
+
+def _classes(uf, loops):
+    return [uf.find(l.id) for l in loops]
+
+
+@lru_cache(maxsize=None)
+def _plan(name, share, block):
+    text = TEXTS[name]()
+    extents = {"i": 4, "a": 6}
+    forest = build_forest(parse(text), extents)
+    top = se.analyze(text, extents).peak_bytes
+    policy = BatchPolicy.everything(max(1.0, share * top), extents,
+                                    block={s: block for s in extents}, max_loops=2)
+    plan = TermPlanner(forest, extents, policy,
+                       term_peak(forest, BatchPlan(policy, extents, (), ()))).plan()
+    forms, _ = build_forms(forest, plan)
+    return forms, plan.loops
+
+
+TEXTS = {"so": ccsd_text, "cs": closed_shell_text}
+#: (text, share of the unbatched peak, block): each opens 30-60 loops in many terms, of
+#: which 25-40 are fused (measured when written), so every case exercises the fast paths
+CASES = [("so", 0.10, 1), ("so", 0.17, 2), ("cs", 0.27, 1), ("cs", 0.12, 2)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fast_fusion_keeps_what_the_plain_rules_keep(case):
+    """The same loop classes as the reference greedy fusion, on CCSD plans with many
+    fusions."""
+    forms, loops = _plan(*case)
+    fast = boulevard._fuse(forms, loops, lambda uf: True)
+    slow = _reference_fuse(forms, loops, lambda uf: True)
+    assert _classes(fast, loops) == _classes(slow, loops)
+    assert sum(fast.find(l.id) != l.id for l in loops) >= 10
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(st.sampled_from(CASES), st.integers(0, 2**16))
+def test_bisecting_fallback_keeps_what_checking_each_fusion_keeps(case, seed):
+    """``_fuse_checked`` against the greedy fusion that asks ``ok`` after every fusion,
+    for an ``ok`` that, once false, stays false as loops are fused further (the case the
+    bisection is exact for): "no more than k loops fused away", k drawn 0-3 below the
+    number the unchecked fusion keeps (as in the schedules that need the fallback: a few
+    fusions refused), so in three examples of four some fusion is refused."""
+    forms, loops = _plan(*case)
+    start = boulevard._UnionFind(l.id for l in loops)
+    full = len(loops)
+    most = full - len({boulevard._fuse(forms, loops, lambda uf: True).find(l.id)
+                       for l in loops})
+    limit = max(0, most - seed % 4)
+
+    def ok(uf):
+        return full - len({uf.find(l.id) for l in loops}) <= limit
+
+    fast = boulevard._fuse_checked(forms, loops, ok, start, frozenset())
+    slow = _reference_fuse(forms, loops, ok, start)
+    assert _classes(fast, loops) == _classes(slow, loops)
