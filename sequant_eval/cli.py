@@ -479,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--conv-tol", type=float, default=1e-7,
                    help="energy change threshold (PySCF's default, 1e-7)")
     p.add_argument("--conv-tol-normt", type=float, default=1e-5,
-                   help="residual norm threshold (default 1e-5)")
+                   help="amplitude change threshold, PySCF's conv_tol_normt (default 1e-5)")
     p.add_argument("--max-iter", type=int, default=50)
     p.add_argument("--spin-orbital", action="store_true",
                    help="spin-orbital equations (GCCSD) instead of the closed-shell (RHF) "

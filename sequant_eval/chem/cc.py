@@ -11,7 +11,7 @@ amplitudes live is a storage strategy (:mod:`~sequant_eval.chem.storage`); what 
 residual is a :class:`~sequant_eval.chem.program.MemoryLimit`.
 
 Logging: every iteration is one record on the ``sequant_eval.chem`` logger at INFO
-(``cycle = 3  E_corr(CCSD) = ...  dE = ...  norm(R) = ...``), the final energies one at
+(``cycle = 3  E_corr(CCSD) = ...  dE = ...  norm(t1,t2) = ...``), the final energies one at
 NOTE (25). Nothing is printed unless ``verbose`` asks for it (PySCF's levels: 3 the final
 energies, 4 every iteration too) or the application configured a handler (the command
 line does).
@@ -130,9 +130,12 @@ class CoupledCluster:
     Attributes (options, read when the method runs)
     -----------------------------------------------
     conv_tol, conv_tol_normt, max_cycle
-        Converged when ``|ΔE| < conv_tol`` and the residual norm ``< conv_tol_normt``
-        (PySCF measures the amplitude change instead) within ``max_cycle`` iterations;
-        PySCF's defaults 1e-7, 1e-5, 50.
+        PySCF's test and defaults (1e-7, 1e-5, 50): converged when, after an iteration's
+        step, the energy at the new amplitudes differs from the last by less than
+        ``conv_tol`` and the step (the amplitude change before DIIS) has a norm below
+        ``conv_tol_normt``, within ``max_cycle`` iterations — so the iteration counts are
+        PySCF's. (Where the energy cannot be evaluated alone within the budget, the
+        residual norm at evaluated amplitudes is tested instead, one iteration later.)
     diis_space
         DIIS vectors kept (PySCF's default, 6).
     verbose
@@ -379,6 +382,12 @@ class CoupledCluster:
     # ------------------------------------------------------------------ residual
     def residual_function(self, meters: list | None = None, session: Any = None):
         """``residual(t) -> (E, {"t1": R1, ...})`` in the solver's layouts."""
+        return self.solver_functions(meters, session)[0]
+
+    def solver_functions(self, meters: list | None = None, session: Any = None):
+        """``(residual, energy)``: the residual function and ``energy(t) -> E`` alone
+        (None when the energy cannot be had alone; the solver then tests the residual),
+        reading the same integral blocks."""
         program, base = self.program(), self.base_tensors()
         backend = self.backend
 
@@ -389,7 +398,10 @@ class CoupledCluster:
                 meters.append(meter)
             return float(out["E"]), {k: np.asarray(out["R" + k[1:]]) for k in t}
 
-        return residual
+        def energy(t):
+            return program.energy(dict(base, **self.amplitude_tensors(t, session)), backend)
+
+        return residual, (energy if program.has_energy() else None)
 
     def residual(self, *amplitudes: np.ndarray):
         """``(E, R1, R2, ...)`` at amplitudes in PySCF layout (``t1[i, a]``,
@@ -470,10 +482,15 @@ class CoupledCluster:
         """Correlated virtual orbitals (spin orbitals for the spin-orbital methods)."""
         return self.integrals.nvir
 
+    def _norm_name(self) -> str:
+        """What an iteration's norm measures: PySCF's amplitude change ``norm(t1,t2)`` when
+        the energy can be had alone (PySCF's test), else the residual's ``norm(R)``."""
+        return "norm(t1,t2)" if self.program().has_energy() else "norm(R)"
+
     def cycle_line(self, record: IterationRecord, seconds: float, peak: int) -> str:
         """The log line of one iteration, in PySCF's shape."""
         return (f"cycle = {record.iteration}  E_corr({self.method}) = {record.e_corr:.15g}  "
-                f"dE = {record.delta_e:.9g}  norm(R) = {record.residual_norm:.6g}  "
+                f"dE = {record.delta_e:.9g}  {self._norm_name()} = {record.residual_norm:.6g}  "
                 f"({seconds:.2f} s, peak {format_bytes(peak)})")
 
     def memory(self, title: str = ""):

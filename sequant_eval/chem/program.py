@@ -16,7 +16,7 @@ from typing import Any
 
 from ..api import Evaluator, Report, min_budget
 from ..budget import Budget
-from ..errors import InfeasibleBudget
+from ..errors import InfeasibleBudget, UsageError
 from ..plan import BatchPolicy
 from ..staged import StagedEvaluator
 from ..units import format_bytes
@@ -62,6 +62,7 @@ class ResidualProgram:
         self.budget = limit.budget           # what the program is planned under, in the end
         self.evaluator = self._build()
         self._report: Report | None = None
+        self._energy: list = []             # the energy's evaluator (None: cannot be had)
 
     @property
     def staged(self) -> bool:
@@ -77,6 +78,31 @@ class ResidualProgram:
     def evaluate(self, tensors: Mapping[str, Any], backend: str):
         """``(results, meter)`` of one residual evaluation."""
         return self.evaluator.evaluate(tensors, backend=backend, return_meter=True)
+
+    def has_energy(self) -> bool:
+        """Whether ``E`` can be evaluated alone: the equations have one and it fits the
+        residual's budget (else the solver tests the residual instead)."""
+        if not self._energy:
+            self._energy.append(self._energy_evaluator())
+        return self._energy[0] is not None
+
+    def energy(self, tensors: Mapping[str, Any], backend: str) -> float:
+        """The plain ``E`` alone at ``tensors`` (PySCF's convergence test reads it after
+        every step), planned once under the residual's budget when it has one."""
+        if not self.has_energy():
+            raise UsageError("these equations give no energy alone (has_energy() is False)")
+        return float(self._energy[0].evaluate(tensors, backend=backend)["E"])
+
+    def _energy_evaluator(self) -> Evaluator | None:
+        eqs = [eq for eq in self.plain if eq.name == "E"]
+        if not eqs:
+            return None
+        try:
+            ev = Evaluator(eqs, self.extents, budget=self.budget_bytes)
+            ev.batched if self.budget_bytes is not None else None   # refused now, not later
+            return ev
+        except InfeasibleBudget:
+            return None
 
     @property
     def budget_bytes(self) -> float | None:

@@ -56,9 +56,10 @@ class Solve:
         try:
             t_init, history = self._start(session)
             self.start_iteration = len(history)
-            result = solve_cc(cc.residual_function(self.meters, session), t_init,
-                              session.denominators(), callback=self._on_iteration,
-                              diis=session.diis, history=history, **self._options(session))
+            residual, energy = cc.solver_functions(self.meters, session)
+            result = solve_cc(residual, t_init, session.denominators(),
+                              callback=self._on_iteration, diis=session.diis, history=history,
+                              energy=energy, **self._options(session))
             result = type(result)(result.e_corr, session.finish(result.t), result.iterations,
                                   result.converged, result.history)
         finally:

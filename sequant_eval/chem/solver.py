@@ -9,6 +9,14 @@ Each iteration evaluates the residual at ``t``, takes the quasi-Newton (Jacobi) 
 replaces the new amplitudes by the Pulay DIIS extrapolation over the last ``diis_space``
 steps, using the step ``R / D`` as the error vector (``diis.py``; re-exported here).
 
+Two convergence tests. Without an ``energy`` function: ``|E_k - E_{k-1}|`` and the
+residual norm ``|R(t_k)|``, both at evaluated amplitudes (which takes one more residual
+than the step that converged). With ``energy(t)`` (the correlation energy alone, cheap):
+PySCF's — after iteration ``k``'s step (and extrapolation) the energy at the new amplitudes
+``E(t_{k+1})`` against ``E(t_k)``, and the norm of the step ``|t_{k+1}' - t_k|`` (before
+the extrapolation), PySCF's ``norm(t1,t2)``; the first step is then not kept in the DIIS
+subspace (PySCF's DIIS takes it as its reference vector), so the iterations are PySCF's.
+
 Amplitude layout: ``t1[a, i]`` and ``t2[a, b, i, j]`` (bra/virtual first, ket/occupied
 second), with denominators ``D1[a, i] = f_ii - f_aa`` and
 ``D2[a, b, i, j] = f_ii + f_jj - f_aa - f_bb``.
@@ -56,7 +64,7 @@ class IterationRecord:
     iteration: int
     e_corr: float
     delta_e: float  #: change from the previous iteration's energy (``inf`` on the first)
-    residual_norm: float  #: Frobenius norm of all residual blocks together
+    residual_norm: float  #: norm of all residual blocks (PySCF's test: of the step)
     diis_size: int  #: number of vectors used in this iteration's extrapolation (0: none)
 
     def __str__(self) -> str:
@@ -70,8 +78,8 @@ class IterationRecord:
 class CCResult:
     """Outcome of :func:`solve_cc`.
 
-    ``e_corr`` and ``t`` belong together: ``e_corr`` is the energy the residual function
-    returned for ``t``, whose residual norm is ``history[-1].residual_norm``.
+    ``e_corr`` and ``t`` belong together: ``e_corr`` is the energy at ``t`` (the residual
+    function's, or with PySCF's test the energy function's after the last step).
     """
 
     e_corr: float
@@ -189,7 +197,9 @@ def solve_cc(residual: Residual, t_init: Mapping[str, np.ndarray],
              denominators: "Mapping[str, np.ndarray] | OrbitalDenominators", *,
              callback: Callable[[IterationRecord, SolverState], Any] | None = None,
              diis: "DIIS | HDF5DIIS | None" = None,
-             history: Sequence[IterationRecord] = (), **options: Any) -> CCResult:
+             history: Sequence[IterationRecord] = (),
+             energy: Callable[[Amplitudes], float] | None = None,
+             **options: Any) -> CCResult:
     """Solve ``R(t) = 0`` by Jacobi steps ``t += R / D`` accelerated by DIIS.
 
     ``residual(t) -> (e_corr, R)`` gives the correlation energy at ``t`` and residual
@@ -202,6 +212,7 @@ def solve_cc(residual: Residual, t_init: Mapping[str, np.ndarray],
     an in-memory :class:`DIIS` of ``diis_space`` vectors; an :class:`HDF5DIIS` keeps its
     vectors on disk). ``history``: the records of a solve restarted from its checkpoint
     (``t_init`` its amplitudes, ``diis`` its store): the iterations continue from there.
+    ``energy(t) -> e_corr`` switches to PySCF's convergence test (module docstring).
 
     ``in_place`` (lean memory): ``t_init``'s arrays are iterated in place (not copied;
     they hold the last amplitudes evaluated afterwards), the residual arrays returned
@@ -222,10 +233,19 @@ def solve_cc(residual: Residual, t_init: Mapping[str, np.ndarray],
     divide = _divider(denominators, list(t))
     while not state.done:
         record, r = _evaluate(residual, state, opts)
-        state.history.append(record)
-        state.done = _finished(record, opts)
-        if not state.done:
-            state.t = _step(state, r, divide, opts)
+        if energy is None:
+            state.history.append(record)
+            state.done = _finished(record, opts)
+            if not state.done:
+                state.t = _step(state, r, divide, opts, record)
+        else:
+            state.done = not _finite(record)
+            if state.done:
+                state.history.append(record)
+            else:
+                state.t, record = _pyscf_step(state, r, divide, opts, record, energy)
+                state.history.append(record)
+                state.done = _finished(record, opts)
         del r                         # not held while the next residual runs
         if callback is not None:
             callback(record, state)
@@ -272,27 +292,46 @@ def _converged(record: IterationRecord, opts: SolverOptions) -> bool:
     return abs(record.delta_e) < opts.conv_energy and record.residual_norm < opts.conv_residual
 
 
+def _finite(record: IterationRecord) -> bool:
+    return math.isfinite(record.e_corr) and math.isfinite(record.residual_norm)
+
+
 def _finished(record: IterationRecord, opts: SolverOptions) -> bool:
-    if not (math.isfinite(record.e_corr) and math.isfinite(record.residual_norm)):
+    if not _finite(record):
         return True
     return _converged(record, opts) or record.iteration >= opts.max_iter
 
 
-def _step(state: SolverState, r: dict[str, np.ndarray], divide, opts: SolverOptions):
+def _pyscf_step(state: SolverState, r: dict[str, np.ndarray], divide, opts: SolverOptions,
+                record: IterationRecord, energy):
+    """The step, its norm and the energy after it: ``(t_{k+1}, record)`` with
+    ``e_corr = E(t_{k+1})``, ``delta_e = E(t_{k+1}) - E(t_k)`` and the step's norm."""
+    e_here, norm = record.e_corr, [0.0]
+    new = _step(state, r, divide, opts, record, norm, keep=record.iteration > 1)
+    e_next = float(energy(new))
+    return new, IterationRecord(record.iteration, e_next, e_next - e_here, norm[0],
+                                record.diis_size)
+
+
+def _step(state: SolverState, r: dict[str, np.ndarray], divide, opts: SolverOptions,
+          record: IterationRecord, norm: list | None = None, keep: bool = True):
     """The step ``R / D`` (``r``'s arrays taken out of it: not held beside the step), the
-    Jacobi update ``t + step``, then DIIS over the updates."""
+    Jacobi update ``t + step``, then DIIS over the updates (``keep``: the step joins the
+    subspace). ``norm[0]`` receives the step's norm."""
     keys = list(state.t)
     step = {k: _own(r.pop(k)) if opts.in_place else np.array(r.pop(k), dtype=np.float64)
             for k in keys}
     for k in keys:
         divide(k, step[k])
+    if norm is not None:
+        norm[0] = math.sqrt(sum(float(np.vdot(step[k], step[k]).real) for k in keys))
     new = state.t if opts.in_place else {k: state.t[k].copy() for k in keys}
     for k in keys:
         _add_into(new[k], step[k], opts.slab_elements)
-    if state.diis is not None:
+    if state.diis is not None and keep:
         state.diis.push_blocks(new, step)
     del step
-    if state.diis is not None and state.history[-1].diis_size:
+    if state.diis is not None and record.diis_size:
         state.diis.extrapolate_into(new)
     return new
 

@@ -76,7 +76,7 @@ def test_results_equal_pyscf_ccsd(water):
 
 def test_run_returns_self_and_kernel_starts_from_given_amplitudes(water):
     """PySCF's ``kernel(t1, t2)``: from PySCF's converged amplitudes the solve converges in
-    a few iterations (PySCF stops on the amplitude change, ours on the residual norm), to
+    a few iterations (the same test as PySCF's: the amplitude change and the energy), to
     the same energy; from the MP2 guess it takes many more."""
     ref = _pyscf(water)
     mycc = CCSD(water, **TIGHT)

@@ -157,7 +157,7 @@ def test_silent_unless_asked(water, capsys, caplog):
     caplog.clear()
     loud = CCSD(water, verbose=4).run()            # its own energies: a second run may
     out = capsys.readouterr().out.splitlines()      # differ from the first in the last bit
-    assert out[0].startswith("cycle = 1  E_corr(CCSD) = ") and "norm(R) = " in out[0]
+    assert out[0].startswith("cycle = 1  E_corr(CCSD) = ") and "norm(t1,t2) = " in out[0]
     assert out[-2:] == ["CCSD converged", f"E(CCSD) = {loud.e_tot:.16g}  E_corr = "
                                           f"{loud.e_corr:.16g}"]
     CCSD(water, verbose=3).run()
