@@ -10,6 +10,7 @@ in flops are dropped, so the set stays small while the optimum survives.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from itertools import permutations
 from math import prod
@@ -276,9 +277,20 @@ class TermDP:
 
 
 def _pareto(cands: list[Candidate]) -> list[Candidate]:
+    """Candidates no kept one dominates (``Profile.dominates`` with no more loops), in order
+    of (flops, loops, peak); the dominance test spelled out on plain tuples."""
     cands = sorted(cands, key=lambda c: (c.profile.flops, c.nloops, c.peak))
     kept: list[Candidate] = []
+    keys: list[tuple] = []
+    le = operator.le
     for c in cands:
-        if not any(k.profile.dominates(c.profile) and k.nloops <= c.nloops for k in kept):
+        p = c.profile
+        pk, hold, res, flops, nloops = p.pk, p.hold, p.res, p.flops, c.nloops
+        for kf, kn, kr, kpk, khold in keys:
+            if (kf <= flops and kn <= nloops and kr <= res and all(map(le, kpk, pk))
+                    and all(map(le, khold, hold))):
+                break
+        else:
             kept.append(c)
+            keys.append((flops, nloops, res, pk, hold))
     return kept

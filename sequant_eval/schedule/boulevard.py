@@ -14,7 +14,6 @@ form is built once per batch for all its users. A fusion is refused when it woul
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..forest.values import Forest
@@ -61,22 +60,23 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
     index: dict[tuple, int] = {}
     alias: dict[int, int] = {}        # leaf fetched per term → first fetch of that block
     for form in forms:
-        new = replace(
-            form, id=-1,
-            sliced=tuple(sorted((p, f(l)) for p, l in form.sliced)),
-            partial=tuple(f(l) for l in form.partial),
-            scope=tuple(f(l) for l in form.scope),
-            operands=tuple(canon[o] for o in form.operands),
-            source=canon[form.source] if form.source >= 0 else -1,
-            via=f(form.via) if form.via >= 0 else -1,
-            also=tuple(f(l) for l in form.also))
-        key = new.key() if new.kind is FormKind.LEAF else replace(
-            new, operands=tuple(alias.get(o, o) for o in new.operands)).key()
+        sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
+        partial = tuple(f(l) for l in form.partial)
+        scope = tuple(f(l) for l in form.scope)
+        operands = tuple(canon[o] for o in form.operands)
+        source = canon[form.source] if form.source >= 0 else -1
+        via = f(form.via) if form.via >= 0 else -1
+        also = tuple(f(l) for l in form.also)
+        leaf = form.kind is FormKind.LEAF
+        key = (form.kind, form.value, sliced, partial, scope,
+               operands if leaf else tuple(alias.get(o, o) for o in operands), source, via,
+               form.owner, also)
         if key not in index:
             index[key] = len(out)
-            out.append(replace(new, id=len(out)))
-            if new.kind is FormKind.LEAF:
-                alias[index[key]] = index.setdefault(replace(new, owner=-1).key(), index[key])
+            out.append(Form(len(out), form.kind, form.value, form.term, sliced, partial, scope,
+                            operands, source, via, form.first, form.owner, also))
+            if leaf:
+                alias[index[key]] = index.setdefault(key[:8] + (-1,) + key[9:], index[key])
         canon.append(index[key])
     return _drop_unread(canon, out)
 
@@ -172,7 +172,7 @@ def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
         trial.union(x, y)
     if all(uf.find(x) == uf.find(y) for x, y in pairs):
         return None                       # nothing new to fuse
-    return None if checker.violates(uf, trial) else trial
+    return None if checker.violates(uf, trial, pairs) else trial
 
 
 def _shape(form: Form) -> tuple:
@@ -218,16 +218,38 @@ class _Checker:
             pairs.update(zip(nest, nest[1:] + list(form.span)))
         self.pairs = sorted(pairs)
         self.broken = _violates(forms, loops, start)   # then every fusion is refused
+        self._of: _UnionFind | None = None
 
     def _contracted_assemble(self, fid: int) -> bool:
         form = self.forms[fid]
         return form.kind is FormKind.ASSEMBLE and self.loops[form.via].kind is LoopKind.CONTRACTED
 
-    def violates(self, uf: _UnionFind, trial: _UnionFind) -> bool:
+    def _state(self, uf: _UnionFind) -> None:
+        """Per state (it changes only when a fusion is kept): each loop's representative,
+        each class's members, and the nest pairs between classes."""
+        if self._of is uf:
+            return
+        self._of = uf
+        self.root = {l: uf.find(l) for l in uf.parent}
+        self.members: dict[int, list[int]] = defaultdict(list)
+        for l, r in self.root.items():
+            self.members[r].append(l)
+        root = self.root
+        self.edges = sorted({(root[a], root[b]) for a, b in self.pairs})
+
+    def violates(self, uf: _UnionFind, trial: _UnionFind, pairs) -> bool:
+        """``_violates(forms, loops, trial)`` for ``trial``: ``uf`` with ``pairs`` united."""
         if self.broken:
             return True
-        f = trial.find
-        changed = [l for l in trial.parent if f(l) != uf.find(l)]
+        self._state(uf)
+        root, f = self.root, trial.find
+        merged = {}                        # old representative → new, where it changed
+        for x, y in pairs:
+            for r in (root[x], root[y]):
+                new = f(r)
+                if new != r:
+                    merged[r] = new
+        changed = [l for r in merged for l in self.members[r]]
         touched = sorted({fid for l in changed for fid in self.uses.get(l, ())})
         forms = self.forms
         for fid in touched:                                          # (a)
@@ -249,9 +271,11 @@ class _Checker:
             for o in form.operands + ((form.source,) if form.source >= 0 else ()):
                 if self._contracted_assemble(o) and f(forms[o].via) in scope:
                     return True
-        edges: dict[int, set[int]] = defaultdict(set)                # (d)
-        for a, b in self.pairs:
-            edges[f(a)].add(f(b))
+        # (d): the state's class graph has no cycle, so a new one passes through a class
+        # that grew; search from those
+        edges: dict[int, set[int]] = defaultdict(set)
+        for a, b in self.edges:
+            edges[merged.get(a, a)].add(merged.get(b, b))
         state: dict[int, int] = {}
 
         def cyclic(n: int) -> bool:
@@ -262,7 +286,8 @@ class _Checker:
             state[n] = 2
             return False
 
-        return any(n not in state and cyclic(n) for n in list(edges))
+        grown = sorted(set(merged.values()))
+        return any(n not in state and cyclic(n) for n in grown)
 
 
 class _Canon:
@@ -346,8 +371,7 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
     ``veto``: (form, other) pairs not to fuse; ``kept``, when given, receives
     ((form, other), state after it) for every fusion kept, in order."""
     uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
-    checker = _Checker(forms, loops, uf)
-    canon = _Canon(forms, uf)
+    checker = canon = None                 # made when a first pair of forms is compared
     seen: dict[tuple, list[Form]] = defaultdict(list)
     for form in forms:
         if not (form.scope or form.span):
@@ -357,6 +381,8 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
                 continue
             if (form.id, other.id) in veto:
                 continue
+            if canon is None:
+                checker, canon = _Checker(forms, loops, uf), _Canon(forms, uf)
             ids = canon.ids(form.id)
             if [ids[o] for o in other.operands] != [ids[o] for o in form.operands]:
                 continue
