@@ -25,8 +25,11 @@ OPENBLAS_CORETYPE is recorded as found, never set.
 
 ``--converged N`` also times N interleaved whole runs per system, from the converged SCF
 to converged CCSD (integral transformation included): ``sequant_eval.chem.CCSD(mf).run()``
-against ``pyscf.cc.CCSD(mf).kernel()``, both at PySCF's default thresholds (ours tests the
-residual norm where PySCF tests the amplitude change).
+against ``pyscf.cc.CCSD(mf).kernel()``, both at PySCF's default thresholds and with
+PySCF's convergence test. Each code's worker runs them in turn: its first run is cold
+(ours plans the equations then; later runs in the same process reuse the plan, as a scan
+or a second method object would), so the table gives the first run apart and the median
+of all.
 """
 from __future__ import annotations
 
@@ -270,14 +273,17 @@ def _run_table(system: str, res: dict) -> list[str]:
     base = statistics.median(x[0] for x in res["pyscf_ccsd"]["runs"])
     e0 = res["pyscf_ccsd"]["runs"][0][2]
     lines = [f"**{system}** whole converged runs", "",
-             "| code | median s | min-max s | iterations | E_corr | ΔE vs pyscf_ccsd | "
-             "÷ pyscf_ccsd | peak RSS MiB |", "|---|---|---|---|---|---|---|---|"]
+             "| code | first s | median s | min-max s | iterations | E_corr | ΔE vs pyscf_ccsd | "
+             "÷ pyscf_ccsd (median) | ÷ pyscf_ccsd (first) | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    first0 = res["pyscf_ccsd"]["runs"][0][0]
     for code in RUN_CODES:
         runs = res[code]["runs"]
         t = [x[0] for x in runs]
-        lines.append(f"| {code} | {statistics.median(t):.2f} | {min(t):.2f}-{max(t):.2f} | "
-                     f"{runs[0][1]} | {runs[0][2]:.10f} | {runs[0][2] - e0:.1e} | "
-                     f"{statistics.median(t) / base:.2f} | {res[code]['rss_peak_mb']:.0f} |")
+        lines.append(f"| {code} | {t[0]:.2f} | {statistics.median(t):.2f} | "
+                     f"{min(t):.2f}-{max(t):.2f} | {runs[0][1]} | {runs[0][2]:.10f} | "
+                     f"{runs[0][2] - e0:.1e} | {statistics.median(t) / base:.2f} | "
+                     f"{t[0] / first0:.2f} | {res[code]['rss_peak_mb']:.0f} |")
     return lines
 
 
