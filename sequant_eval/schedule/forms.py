@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..forest.values import Forest, ValueKind
 from ..plan.dp import prefix_for
@@ -95,15 +95,17 @@ class _Builder:
     def add(self, **kw) -> int:
         probe = Form(-1, **kw)
         # a contraction is one form whichever term's fetch of a leaf it reads
-        key = probe.key() if probe.kind is FormKind.LEAF else replace(
-            probe, operands=tuple(self.alias.get(o, o) for o in probe.operands)).key()
+        key = probe.key()
+        leaf = probe.kind is FormKind.LEAF
+        if not leaf:
+            key = key[:5] + (tuple(self.alias.get(o, o) for o in probe.operands),) + key[6:]
         fid = self.index.get(key)
         if fid is None:
             fid = len(self.forms)
             self.forms.append(Form(fid, **kw))
             self.index[key] = fid
-            if probe.kind is FormKind.LEAF:
-                self.alias[fid] = self.index.setdefault(replace(probe, owner=-1).key(), fid)
+            if leaf:
+                self.alias[fid] = self.index.setdefault(key[:8] + (-1,) + key[9:], fid)
         return fid
 
 
@@ -247,10 +249,13 @@ def drop_unread(forms: list[Form], roots: list[int]) -> tuple[dict[int, int], li
     keep = reachable(roots, lambda f: forms[f].operands + (
         (forms[f].source,) if forms[f].source >= 0 else ()))
     new = {old: k for k, old in enumerate(sorted(keep))}
-    out = [replace(forms[old], id=new[old],
-                   operands=tuple(new[o] for o in forms[old].operands),
-                   source=new[forms[old].source] if forms[old].source >= 0 else -1)
-           for old in sorted(keep)]
+    out = []
+    for old in sorted(keep):
+        f = forms[old]
+        out.append(Form(new[old], f.kind, f.value, f.term, f.sliced, f.partial, f.scope,
+                        tuple(new[o] for o in f.operands),
+                        new[f.source] if f.source >= 0 else -1, f.via, f.first, f.owner,
+                        f.also))
     return new, out
 
 
