@@ -523,7 +523,8 @@ def _policy_key(policy: BatchPolicy) -> tuple:
 def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
             moments: tuple = ()) -> Forest:
     regime = Regime(dict(extents), dict(moments))
-    return build_forest(equations, regime if moments else dict(extents))
+    return remembered("forest", (to_text(equations), extents, moments),
+                      lambda: build_forest(equations, regime if moments else dict(extents)))
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],
