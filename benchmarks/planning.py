@@ -18,6 +18,9 @@ shows the median and the min–max over ``--rounds``. After the timed rounds, on
 per case and budget measures the planner's ``tracemalloc`` peak (tracing slows it, so it
 is never timed); the table shows the largest over the budgets.
 
+The unrestricted CCSD text (``ccsd_u.txt``: alpha ``i``/``a``, beta ``I``/``A``) is measured
+at OH-like extents (i5a1I4A2, STO-3G-sized) and at H2O/cc-pVDZ-like ones (i5a19I5A19).
+
 CCSDT (``ccsdt_so.txt``) is taken from the package when present, else from ``--ccsdt
 PATH``, else skipped; ``ccsdt_so+sink`` is the same with ``R3`` written to a sink
 (``out={"R3": ...}``: ``BatchPolicy(sinks=...)``), so R3 is never held.
@@ -79,6 +82,11 @@ def cases(ccsdt: str | None) -> list[Case]:
            Case("ccsd_so i20a76", so, Regime.from_extents({"i": 20, "a": 76})),
            Case("ccsd_cs i5a19", cs, Regime.from_extents({"i": 5, "a": 19})),
            Case("ccsd_cs i10a38", cs, Regime.from_extents({"i": 10, "a": 38}))]
+    u = _package_text("ccsd_u.txt")
+    if u is not None:       # unrestricted: alpha i/a, beta I/A (OH-like, H2O/cc-pVDZ-like)
+        out += [Case("ccsd_u i5a1I4A2", u, Regime.from_extents({"i": 5, "a": 1, "I": 4, "A": 2})),
+                Case("ccsd_u i5a19I5A19", u,
+                     Regime.from_extents({"i": 5, "a": 19, "I": 5, "A": 19}))]
     regime = load_regime(WATER20 / "regime.json")
     for part in ("energy", "singles_residual", "doubles_residual"):
         text = (WATER20 / f"csv_ccsd_{part}_df.txt").read_text(encoding="utf-8")
