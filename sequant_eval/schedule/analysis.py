@@ -40,9 +40,12 @@ class ScheduleAnalysis:
     shapes: tuple[tuple[int, ...], ...]
     layouts: dict = field(default_factory=dict, compare=False)   # contraction form → order
     scratch: dict = field(default_factory=dict, compare=False)   # contraction form → elements
+    held: dict | None = field(default=None, compare=False)       # transient(), as swept
 
     def transient(self, skipped: frozenset[int] = frozenset()) -> dict[int, int]:
         """Point → kernel scratch bytes held there (see ``layouts.kernel_scratch``)."""
+        if not skipped and self.held is not None:
+            return dict(self.held)
         return transients(self.ordered, self.forest, self.shapes, list(self.points),
                           self.scratch, self.plan.policy.itemsize, skipped)
 
@@ -112,7 +115,8 @@ def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     layouts = sum_layouts(ordered, forest, shapes, moved)
     scratch = kernel_scratch(ordered, forest, shapes, layouts)
     itemsize = plan.policy.itemsize
-    profile = peak_profile_sweep(cells, len(points),
-                                 transients(ordered, forest, shapes, points, scratch, itemsize))
+    held = transients(ordered, forest, shapes, points, scratch, itemsize)
+    profile = peak_profile_sweep(cells, len(points), dict(held))
     return ScheduleAnalysis(forest, plan, rich, ordered, tuple(points), tuple(cells), profile,
-                            schedule_flops(ordered, forest, shapes), shapes, layouts, scratch)
+                            schedule_flops(ordered, forest, shapes), shapes, layouts, scratch,
+                            held)

@@ -65,6 +65,7 @@ class _Fitting:
         self.exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
         self.menus: dict[int, TermMenu] = {}
         self.verdicts: dict[tuple, _Verdict] = {}
+        self.prepared: dict[tuple, tuple | None] = {}    # plan → what slicing makes of it
         self.kept: dict[tuple, ScheduleAnalysis] = {}    # the latest analyses, by plan
         self.top: ScheduleAnalysis | None = None
         self.least: tuple[ScheduleAnalysis | None] | None = None
@@ -78,9 +79,22 @@ class _Fitting:
 
     def prepare(self, plan: BatchPlan) -> BatchPlan:
         """A planned forest as this fitting schedules it: leaves fetched per term, and the
-        inner sums sliced when this is the sliced fitting."""
+        inner sums sliced when this is the sliced fitting (what slicing does to a plan's
+        loops is remembered per plan: the budget does not enter it)."""
         plan = replace(plan, share_leaves=False)
-        return slice_sums(self.forest, plan, self.extents) if self.sliced else plan
+        if not self.sliced:
+            return plan
+        key = _signature(plan)
+        if key not in self.prepared:
+            out = slice_sums(self.forest, plan, self.extents)
+            self.prepared[key] = None if out is plan else (
+                out.loops, out.sliced, tuple(t.opens for t in out.terms))
+        got = self.prepared[key]
+        if got is None:
+            return plan
+        loops, sliced, opens = got
+        return replace(plan, terms=tuple(replace(t, opens=o) for t, o in zip(plan.terms, opens)),
+                       loops=loops, sliced=sliced)
 
     def analyze(self, plan: BatchPlan) -> ScheduleAnalysis:
         """The schedule of ``plan`` (the last few are remembered)."""
