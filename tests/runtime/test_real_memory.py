@@ -16,7 +16,8 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations, ccsd_text
 
-from tests.oracles.spin_orbital import EXT, block_mappings, random_arrays  # noqa: E402
+from tests.oracles.spin_orbital import (EXT, block_mappings, random_arrays,  # noqa: E402
+                                        refill_tuple_cache)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,7 @@ def reference(arrays):
 
 def _traced(ev, tensors):
     ev.evaluate(tensors)                       # builds the graph and the kernel plans
+    refill_tuple_cache()                       # the interpreter's cache, whatever ran before
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     out, meter = ev.evaluate(tensors, return_meter=True)
