@@ -58,7 +58,7 @@ def test_xyz_file_and_open_shell(tmp_path, capsys):
     xyz.write_text("2\nhydroxyl radical\nO 0 0 0\nH 0 0 0.97\n")
     assert main(["ccsd", "--xyz", str(xyz), "--basis", "sto-3g", *TIGHT]) == 0
     text = capsys.readouterr().out
-    assert "UHF E =" in text and "spin-orbitals" in text
+    assert "UHF E =" in text and "spatial orbitals (alpha, beta)" in text   # UCCSD
     e = float(re.search(r"E\(corr\)\s+= (-?\d\.\d+) Eh", text).group(1))
     assert abs(e - _pyscf_ecorr("O 0 0 0; H 0 0 0.97", "sto-3g", spin=1)) < 1e-8
 
