@@ -32,7 +32,7 @@ def test_atom_frozen_json(tmp_path, capsys):
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
     iters = re.findall(r"^cycle = (\d+)  E_corr\(CCSD\) = (-?\d\.\d+)  dE = \S+  "
-                       r"norm\(R\) = \S+  \(\d+\.\d\d s, peak .*\)$", text, re.M)
+                       r"norm\(t1,t2\) = \S+  \(\d+\.\d\d s, peak .*\)$", text, re.M)
     data = json.loads(out.read_text())
     assert len(iters) == data["iterations"] >= 5
     assert data["equations"] == "closed-shell" and data["frozen"] == 1 and data["converged"]
