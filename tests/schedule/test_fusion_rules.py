@@ -107,20 +107,20 @@ def test_fast_fusion_keeps_what_the_plain_rules_keep(case):
     assert sum(fast.find(l.id) != l.id for l in loops) >= 10
 
 
-@settings(max_examples=8, **SETTINGS)
+@settings(max_examples=3, **SETTINGS)
 @given(st.sampled_from(CASES), st.integers(0, 2**16))
 def test_bisecting_fallback_keeps_what_checking_each_fusion_keeps(case, seed):
     """``_fuse_checked`` against the greedy fusion that asks ``ok`` after every fusion,
     for an ``ok`` that, once false, stays false as loops are fused further (the case the
-    bisection is exact for): "no more than k loops fused away", k drawn 0-3 below the
+    bisection is exact for): "no more than k loops fused away", k 1-2 below the
     number the unchecked fusion keeps (as in the schedules that need the fallback: a few
-    fusions refused), so in three examples of four some fusion is refused."""
+    fusions refused), so in every example one or two fusions are refused."""
     forms, loops = _plan(*case)
     start = boulevard._UnionFind(l.id for l in loops)
     full = len(loops)
     most = full - len({boulevard._fuse(forms, loops, lambda uf: True).find(l.id)
                        for l in loops})
-    limit = max(0, most - seed % 4)
+    limit = max(0, most - 1 - seed % 2)
 
     def ok(uf):
         return full - len({uf.find(l.id) for l in loops}) <= limit
