@@ -141,6 +141,7 @@ def test_intermediates_and_plain_equations_agree(oh_631g, oh_631g_ours):
     assert abs(plain.run().e_corr - oh_631g_ours.e_corr) < 1e-10
 
 
+@pytest.mark.slow    # tests/chem/test_unrestricted_equations.py batches the same equations
 def test_batched_at_a_quarter_equals_unbatched(oh_dz, oh_dz_ours):
     """OH/cc-pVDZ at a 25 % budget (batch loops planned): the residual at amplitudes off
     the solution equals the unbatched one to 1e-12, and the solve from the unbatched

@@ -179,7 +179,11 @@ def h5(arrays, tmp_path_factory):
 
 
 @pytest.mark.parametrize("equations", ["packaged", "mirror terms far apart"])
-@pytest.mark.parametrize("kind", ["full arrays", "block mappings", "h5py datasets"])
+@pytest.mark.parametrize("kind", [
+    "full arrays",
+    # slow: their second evaluations at 10 % are traced every run (test_real_memory)
+    pytest.param("block mappings", marks=pytest.mark.slow),
+    pytest.param("h5py datasets", marks=pytest.mark.slow)])
 def test_first_evaluation_at_ten_percent_is_within_the_prediction(arrays, h5, top, equations,
                                                                   kind):
     """At 10 % of the unbatched peak the arrays and the program's reserve together fit the

@@ -188,6 +188,7 @@ print(predicted, first, traced(refill=True), traced(refill=False))
 """
 
 
+@pytest.mark.slow        # the in-process test above holds the same bound every run
 def test_traced_peak_at_ten_percent_in_a_fresh_process():
     """Ten per cent of the unbatched peak (84 loops, ~15,000 ops run by a program of ~400
     nodes) in a new interpreter; predicted = the arrays' peak + the program's reserve.
