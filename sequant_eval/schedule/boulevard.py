@@ -47,6 +47,20 @@ class _UnionFind:
         return out
 
 
+def _key(form: Form, find, canon: list[int], alias: dict[int, int]) -> tuple[tuple, tuple]:
+    """A form's interning key under the loop classes ``find`` and the canonical ids
+    ``canon`` of the forms before it (a non-leaf reads its operands through ``alias``: a
+    leaf fetched per term is its block's first fetch), and its canonical operands."""
+    operands = tuple(canon[o] for o in form.operands)
+    reads = operands if form.kind is FormKind.LEAF else tuple(alias.get(o, o) for o in operands)
+    key = (form.kind, form.value, tuple(sorted((p, find(l)) for p, l in form.sliced)),
+           tuple(find(l) for l in form.partial), tuple(find(l) for l in form.scope), reads,
+           canon[form.source] if form.source >= 0 else -1,
+           find(form.via) if form.via >= 0 else -1, form.owner,
+           tuple(find(l) for l in form.also))
+    return key, operands
+
+
 def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]]:
     """Rewrite forms with surviving loop ids, merge the ones that became equal.
 
@@ -60,18 +74,10 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
     index: dict[tuple, int] = {}
     alias: dict[int, int] = {}        # leaf fetched per term → first fetch of that block
     for form in forms:
-        sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
-        partial = tuple(f(l) for l in form.partial)
-        scope = tuple(f(l) for l in form.scope)
-        operands = tuple(canon[o] for o in form.operands)
-        source = canon[form.source] if form.source >= 0 else -1
-        via = f(form.via) if form.via >= 0 else -1
-        also = tuple(f(l) for l in form.also)
+        key, operands = _key(form, f, canon, alias)
         leaf = form.kind is FormKind.LEAF
-        key = (form.kind, form.value, sliced, partial, scope,
-               operands if leaf else tuple(alias.get(o, o) for o in operands), source, via,
-               form.owner, also)
         if key not in index:
+            _, _, sliced, partial, scope, _, source, via, _, also = key
             index[key] = len(out)
             out.append(Form(len(out), form.kind, form.value, form.term, sliced, partial, scope,
                             operands, source, via, form.first, form.owner, also))
@@ -92,19 +98,8 @@ def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
     links: list[tuple[int, ...]] = []      # per new form: what it reads (operands, source)
     sums: list[int] = []
     for form in forms:
-        sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
-        partial = tuple(f(l) for l in form.partial)
-        scope = tuple(f(l) for l in form.scope)
-        operands = tuple(canon[o] for o in form.operands)
-        source = canon[form.source] if form.source >= 0 else -1
-        via = f(form.via) if form.via >= 0 else -1
-        also = tuple(f(l) for l in form.also)
-        if form.kind is leaf:
-            key = (form.kind, form.value, sliced, partial, scope, operands, source, via,
-                   form.owner, also)
-        else:
-            key = (form.kind, form.value, sliced, partial, scope,
-                   tuple(alias.get(o, o) for o in operands), source, via, form.owner, also)
+        key, operands = _key(form, f, canon, alias)
+        source = key[6]
         k = index.get(key)
         if k is None:
             k = index[key] = len(links)
@@ -317,19 +312,7 @@ class _Canon:
         canon, index, alias, log = self.canon, self.index, self.alias, self.log
         for pos in range(len(canon), upto + 1):
             form = self.forms[pos]
-            sliced = tuple(sorted((p, f(l)) for p, l in form.sliced))
-            partial = tuple(f(l) for l in form.partial)
-            scope = tuple(f(l) for l in form.scope)
-            operands = tuple(canon[o] for o in form.operands)
-            source = canon[form.source] if form.source >= 0 else -1
-            via = f(form.via) if form.via >= 0 else -1
-            also = tuple(f(l) for l in form.also)
-            if form.kind is leaf:
-                key = (form.kind, form.value, sliced, partial, scope, operands, source, via,
-                       form.owner, also)
-            else:
-                key = (form.kind, form.value, sliced, partial, scope,
-                       tuple(alias.get(o, o) for o in operands), source, via, form.owner, also)
+            key, _ = _key(form, f, canon, alias)
             k = index.get(key)
             if k is None:
                 k = index[key] = self.count
