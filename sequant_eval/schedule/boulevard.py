@@ -141,7 +141,13 @@ def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> boo
         if form.kind is FormKind.ASSEMBLE and loops[form.via].kind is LoopKind.CONTRACTED:
             if any(f(form.via) in {f(l) for l in r.scope} for r in readers[form.id]):
                 return True
-    state: dict[int, int] = {}                                       # (d)
+    return _has_cycle(edges, list(edges))                            # (d)
+
+
+def _has_cycle(edges, starts) -> bool:
+    """Whether the directed graph ``edges`` (node → successors) has a cycle reachable from
+    one of ``starts`` (depth-first, grey/black marks)."""
+    state: dict[int, int] = {}
 
     def cyclic(n: int) -> bool:
         state[n] = 1
@@ -151,7 +157,7 @@ def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> boo
         state[n] = 2
         return False
 
-    return any(n not in state and cyclic(n) for n in list(edges))
+    return any(n not in state and cyclic(n) for n in starts)
 
 
 def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
@@ -271,18 +277,7 @@ class _Checker:
         edges: dict[int, set[int]] = defaultdict(set)
         for a, b in self.edges:
             edges[merged.get(a, a)].add(merged.get(b, b))
-        state: dict[int, int] = {}
-
-        def cyclic(n: int) -> bool:
-            state[n] = 1
-            for m in edges[n]:
-                if state.get(m) == 1 or (m not in state and cyclic(m)):
-                    return True
-            state[n] = 2
-            return False
-
-        grown = sorted(set(merged.values()))
-        return any(n not in state and cyclic(n) for n in grown)
+        return _has_cycle(edges, sorted(set(merged.values())))
 
 
 class _Canon:
