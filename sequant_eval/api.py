@@ -116,13 +116,20 @@ class Evaluator:
     Equations that read other equations' results (``expr.factor.factor_common`` writes
     such intermediates) are evaluated in stages (``staged.py``): each stage one fused
     program, the results a later stage reads held between them, the budget bounding every
-    stage plus what is held across it; ``analyze`` then reports the stages (``stages``)."""
+    stage plus what is held across it; ``analyze`` then reports the stages (``stages``).
+
+    ``share_subproducts=True`` binarizes the terms together: a sub-product several terms
+    contain is joined first in each of them where that lowers the summed flops, so it is
+    one value of the forest (the (T) energy's 288 terms read four triples values instead of
+    building their own); off, each term's contraction order is the cheapest for that term
+    alone (``forest/build.py``)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation],
                  extents: Mapping[str, int] | Regime, budget=None,
                  policy: BatchPolicy | None = None, persist: bool = False,
                  progress=None, gpu_budget: float = float("inf"),
-                 volatile: Sequence[str] | None = None, client=None) -> None:
+                 volatile: Sequence[str] | None = None, client=None,
+                 share_subproducts: bool = False) -> None:
         if progress is not None and not callable(progress):
             raise InputTypeError(f"progress must be a callable progress(what, done, total), "
                                  f"got {type(progress).__name__} {progress!r}")
@@ -142,8 +149,9 @@ class Evaluator:
             self.regime = Regime.from_extents(check_extents(extents))
         self.extents = self.regime.extents
         self.persist = persist
+        self.share_subproducts = bool(share_subproducts)
         self.forest = _forest(self.equations, tuple(self.extents.items()),
-                              tuple(sorted(self.regime.moments.items())))
+                              tuple(sorted(self.regime.moments.items())), self.share_subproducts)
         parsed = Budget.parse(budget)                        # refuses bad values
         self._share = parsed if parsed.share is not None else None
         budget = parsed.fixed
@@ -258,7 +266,8 @@ class Evaluator:
         extents and policy: a CC run plans each stage once, and a cache folder keeps the
         fit across processes."""
         key = (to_text(self.equations), tuple(sorted(self.regime.extents.items())),
-               tuple(sorted(self.regime.moments.items())), _policy_key(policy))
+               tuple(sorted(self.regime.moments.items())), _policy_key(policy),
+               self.share_subproducts)
         return remembered("fit", key, lambda: fit_forest(self.forest, self.regime, policy,
                                                          self.progress))
 
@@ -521,10 +530,11 @@ def _policy_key(policy: BatchPolicy) -> tuple:
 
 @lru_cache(maxsize=16)
 def _forest(equations: tuple[Equation, ...], extents: tuple[tuple[str, int], ...],
-            moments: tuple = ()) -> Forest:
+            moments: tuple = (), share_subproducts: bool = False) -> Forest:
     regime = Regime(dict(extents), dict(moments))
-    return remembered("forest", (to_text(equations), extents, moments),
-                      lambda: build_forest(equations, regime if moments else dict(extents)))
+    key = (to_text(equations), extents, moments) + (("shared",) if share_subproducts else ())
+    return remembered("forest", key, lambda: build_forest(
+        equations, regime if moments else dict(extents), share_subproducts=share_subproducts))
 
 
 def evaluate(eqs, tensors: Mapping[str, object], extents: Mapping[str, int],

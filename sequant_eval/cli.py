@@ -1,7 +1,8 @@
 """The ``sequant-eval`` command line.
 
     sequant-eval ccsd [--atom "O 0 0 0.117; ..." | --xyz F] [--basis cc-pvdz] [--frozen N]
-                      [--charge Q --spin 2S] [--method ccsd|ccsdt]  CC with a memory report
+                      [--charge Q --spin 2S] [--method ccsd|ccsd(t)|ccsdt]
+                                                               CC with a memory report
     sequant-eval analyze FILE... --extent i=10 --extent a=38   dry run of equation files
     sequant-eval report FILE... --regime R.json --budget 25GB  peak-memory report
     sequant-eval regen-equations [--check]                     re-derive the CC equations
@@ -213,9 +214,11 @@ def _check_ccsd_flags(args: argparse.Namespace) -> None:
                          "positive finite numbers")
     if sum(x is not None for x in (args.molecule, args.atom, args.xyz)) > 1:
         raise UsageError("give one of --molecule, --atom and --xyz")
-    if args.method == "ccsdt" and args.integrals_on_disk is not None:
-        raise UsageError("--integrals-on-disk is for --method ccsd; CCSDT keeps its "
+    if args.method != "ccsd" and args.integrals_on_disk is not None:
+        raise UsageError(f"--integrals-on-disk is for --method ccsd; {args.method} keeps its "
                          "integrals in memory (drop it, or give a --budget)")
+    if args.method == "ccsd(t)" and args.spin_orbital:
+        raise UsageError("--method ccsd(t) runs the closed-shell (T); drop --spin-orbital")
     if args.integrals_on_disk is not None and not Path(args.integrals_on_disk).is_dir():
         raise UsageError(f"--integrals-on-disk {args.integrals_on_disk}: no such folder; "
                          "create it first")
@@ -258,7 +261,8 @@ def _method(args: argparse.Namespace, mf):
 
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
-    """CCSD (or, with ``--method ccsdt``, spin-orbital CCSDT) on a molecule (closed-shell
+    """CCSD (``--method ccsd(t)``: then the closed-shell (T); ``--method ccsdt``:
+    spin-orbital CCSDT) on a molecule (closed-shell
     CCSD equations for a closed-shell RHF, unrestricted ones for an open shell's UHF), one
     line per iteration, then energies and the memory report; ``--json`` writes them as
     JSON."""
@@ -275,6 +279,9 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
     mol = molecules.molecule_from_atoms(atom, args.basis, args.charge, args.spin)
+    if args.method == "ccsd(t)" and mol.spin != 0:
+        raise UsageError(f"--method ccsd(t) needs a closed shell (an RHF reference); this "
+                         f"molecule has spin {mol.spin}: use --method ccsd")
     mf = molecules.mean_field(mol)
     if args.integrals_on_disk is not None or args.chkfile or args.restart:
         import_module("h5py")     # imported before the baseline: it is not the run's memory
@@ -283,13 +290,25 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
           f"{mol.nao} basis functions, {mol.nelectron} electrons)")
     with _log_to_stdout():
         mycc = _method(args, mf).run()
+        e_t = mycc.ccsd_t() if args.method == "ccsd(t)" and mycc.converged else None
     print(mycc.summary())
+    if e_t is not None:
+        tr = mycc.triples
+        print(f"E(CCSD) = {mycc.e_tot:.10f}  E(T) = {e_t:.10f}  E(CCSD(T)) = "
+              f"{mycc.e_tot + e_t:.10f} Eh")
+        print(f"  (T) step: predicted peak {format_bytes(tr.report.peak_bytes)}, metered "
+              f"{format_bytes(tr.meter.peak_bytes)}, program {format_bytes(tr.report.program_bytes)}"
+              + (f", budget {format_bytes(tr.budget_bytes)}" if tr.budget_bytes else ""))
     growth = rss.growth()
     if growth is not None:
         print(f"  peak RSS growth since SCF  {format_bytes(growth)} ({growth} B)")
     if args.json:
         data = dict(mycc.to_dict(), atom=atom, charge=args.charge, spin=mol.spin,
                     peak_rss_growth_bytes=growth)
+        if e_t is not None:
+            data["triples"] = {"e_t": e_t, "e_tot": mycc.e_tot + e_t,
+                               "predicted_peak_bytes": mycc.triples.report.peak_bytes,
+                               "metered_peak_bytes": mycc.triples.meter.peak_bytes}
         _write(args.json, "--json", json.dumps(data, indent=1) + "\n")
     return 0 if mycc.converged else 1
 
@@ -335,13 +354,15 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_regen(args: argparse.Namespace) -> int:
-    from .chem import derive
+    from .chem import derive, triples
 
     text = derive.derive_ccsd_text()
+    triples_path = derive.DATA_PATH.with_name(triples.TRIPLES_FILE)
     if args.check:
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
                  derive.UNRESTRICTED_PATH: derive.unrestricted_text(text),
-                 derive.CCSDT_PATH: derive.derive_ccsdt_text()}
+                 derive.CCSDT_PATH: derive.derive_ccsdt_text(),
+                 triples_path: triples.triples_text()}
         stale = [p for p, t in fresh.items()
                  if not p.exists() or p.read_text(encoding="utf-8") != t]
         for path in stale:
@@ -351,8 +372,9 @@ def _cmd_regen(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     derive.regenerate()
     derive.regenerate_ccsdt()
-    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.UNRESTRICTED_PATH} "
-          f"and {derive.CCSDT_PATH}")
+    triples_path.write_text(triples.triples_text(), encoding="utf-8")
+    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.UNRESTRICTED_PATH}, "
+          f"{derive.CCSDT_PATH} and {triples_path}")
     return 0
 
 
@@ -461,8 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("ccsd", help="CCSD (or --method ccsdt) of a molecule with a memory "
                                     "report", epilog=_EPILOG)
-    p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsdt"],
-                   help="ccsd (default) or ccsdt (spin-orbital equations on any reference)")
+    p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsd(t)", "ccsdt"],
+                   help="ccsd (default), ccsd(t) (closed-shell RHF: the (T) step after "
+                        "CCSD, under the same --budget) or ccsdt (spin-orbital equations on "
+                        "any reference)")
     p.add_argument("--molecule", default=None,
                    help="a named molecule: water (default) or water_dimer")
     p.add_argument("--atom", help='atoms in Angstrom: "O 0 0 0.117; H 0 0.757 -0.469; ..."')

@@ -465,6 +465,13 @@ class CoupledCluster:
         """The reference energy (``mf.e_tot``)."""
         return self.integrals.e_hf
 
+    def ccsd_t(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None,
+               eris: Any = None) -> float:
+        """PySCF's ``ccsd_t()``: the (T) correction; closed-shell CCSD only so far."""
+        raise UnsupportedFeature(
+            f"ccsd_t() is implemented for closed-shell CCSD (an RHF reference) only; this "
+            f"is {self.label} {self.method}: use pyscf.cc for (T) on other references")
+
     @property
     def e_tot(self) -> float:
         """``e_hf + e_corr`` (Hartree)."""

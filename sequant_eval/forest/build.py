@@ -161,17 +161,36 @@ def _contract_key(a: Occurrence, b: Occurrence, keep: set[Index]) -> tuple:
             b.value, tuple(n[ix] for ix in b.labels), result, protos)
 
 
-def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
-              where: str) -> TermTree:
-    occs = _canonical_order([interner.leaf(t, where) for t in product.factors], result)
+def _operands(interner: _Interner, product: Product, result: tuple[Index, ...],
+              where: str) -> tuple[list[Occurrence], tuple[Index, ...], list[frozenset]]:
+    """The product's factors as leaf occurrences in canonical order (an index summed
+    inside one factor paired with an all-ones leaf), the labels in the order the path
+    search names them, and per occurrence where it comes from (its factor's position, or
+    the summed index of an all-ones leaf) as a one-element set."""
+    leaves = [interner.leaf(t, where) for t in product.factors]
+    origins = [frozenset([k]) for k in range(len(leaves))]
+    order = _canonical_positions(leaves, result)
+    occs, origins = [leaves[k] for k in order], [origins[k] for k in order]
     for ix in index_counts(product):
         interner.size(ix, where)
     counts = Counter(ix for o in occs for ix in o.labels)     # factors, not slots
     lonely = sorted(ix for ix, c in counts.items() if c == 1 and ix not in result)
     if lonely:      # summed inside one factor: contracted with the all-ones vector
-        occs = _canonical_order(occs + [interner.ones(ix) for ix in lonely], result)
-        for ix in lonely:
-            counts[ix] += 1
+        occs = occs + [interner.ones(ix) for ix in lonely]
+        origins = origins + [frozenset([str(ix)]) for ix in lonely]
+        order = _canonical_positions(occs, result)
+        occs, origins = [occs[k] for k in order], [origins[k] for k in order]
+    return occs, tuple(counts), origins
+
+
+def _binarize(interner: _Interner, occs: list[Occurrence], labels: tuple[Index, ...],
+              result: tuple[Index, ...], where: str, origins: Sequence[frozenset] = (),
+              prefix: Sequence[tuple[frozenset, frozenset]] = ()) -> TermTree:
+    """The term's binary tree: the ``prefix`` joins first (each names its two operands by
+    the factors they are made of, ``origins`` saying that of each leaf), then
+    opt_einsum's path for the rest."""
+    occs = list(occs)
+    made = list(origins)
     nodes: list[TermNode] = [TermNode(o.value, o.labels) for o in occs]
     ids = list(range(len(occs)))     # node index of each pending operand
 
@@ -182,19 +201,16 @@ def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
         nodes.append(TermNode(occ.value, occ.labels, (ky, kx) if swapped else (kx, ky)))
         return occ, len(nodes) - 1
 
-    if len(occs) > 1:
-        symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(counts)}
-        inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
-        output = "".join(symbols[ix] for ix in result)
-        shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
-        strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
-        path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
-                                           optimize=strategy)
+    def walk(path) -> None:
         for step in path:
             picked = [ids[k] for k in step]
+            if made:
+                made.append(frozenset().union(*(made[k] for k in step)))
             for k in sorted(step, reverse=True):
                 del occs[k]
                 del ids[k]
+                if made:
+                    del made[k]
             while len(picked) > 2:  # opt_einsum may merge three at once; split left-deep
                 kx, ky = picked.pop(0), picked.pop(0)
                 rest = [nodes[k].occurrence for k in picked] + occs
@@ -202,10 +218,104 @@ def _binarize(interner: _Interner, product: Product, result: tuple[Index, ...],
             occ, k = join(picked[0], picked[1], occs)
             occs.append(occ)
             ids.append(k)
+
+    for x, y in prefix:
+        walk([(made.index(x), made.index(y))])
+    if len(occs) > 1:
+        walk(_path(interner, occs, labels, result, where))
     return TermTree(where, tuple(nodes), len(nodes) - 1 if len(nodes) > 1 else 0)
 
 
-def _canonical_order(occs: list[Occurrence], result: tuple[Index, ...]) -> list[Occurrence]:
+def _path(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
+          result: tuple[Index, ...], where: str) -> list[tuple[int, ...]]:
+    """opt_einsum's contraction path for ``occs`` (optimal for a few operands), the
+    labels named in the order ``labels`` gives them."""
+    symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
+    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
+    output = "".join(symbols[ix] for ix in result)
+    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
+    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
+    path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
+                                       optimize=strategy)
+    return list(path)
+
+
+def _cost(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
+          result: Sequence[Index], where: str) -> int:
+    """opt_einsum's flop count of contracting ``occs`` to ``result`` along its path."""
+    if len(occs) < 2:
+        return 0
+    symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
+    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
+    output = "".join(symbols[ix] for ix in result)
+    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
+    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
+    _, info = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
+                                       optimize=strategy)
+    return int(info.opt_cost)
+
+
+def _shared_prefixes(interner: _Interner, terms: Sequence[tuple]) -> list[list[tuple]]:
+    """Per term, the joins to make before its own path search so that a sub-product common
+    to several terms is computed once (each join names its operands by their factors).
+
+    ``terms`` holds ``(occs, labels, result, where, origins)`` per term. Greedy, most
+    widely shared pair first (ties by key, so deterministic): a pair of operands whose
+    contraction has the same interning key in several terms is joined first in each term
+    where that lowers the term's flops, the pair's own flops counted once over the terms
+    that take it. Without this, each term's path is optimal alone and a value every term
+    could read (the triples ``t2·g`` of (T)) is built by none."""
+    ops = [list(t[0]) for t in terms]
+    made = [list(t[4]) for t in terms]
+    prefixes: list[list[tuple]] = [[] for _ in terms]
+    cost = [_cost(interner, o, t[1], t[2], t[3]) for o, t in zip(ops, terms)]
+    rejected: set[tuple] = set()
+    while True:
+        found: dict[tuple, dict[int, tuple[int, int]]] = {}
+        for n, (o, t) in enumerate(zip(ops, terms)):
+            for p in range(len(o)):
+                for q in range(p + 1, len(o)):
+                    rest = o[:p] + o[p + 1:q] + o[q + 1:]
+                    keep = _needed(o[p], o[q], rest, t[2])
+                    key = min(_contract_key(o[p], o[q], keep), _contract_key(o[q], o[p], keep))
+                    if key not in rejected:
+                        found.setdefault(key, {}).setdefault(n, (p, q))
+        shared = sorted((k for k, where in found.items() if len(where) > 1),
+                        key=lambda k: (-len(found[k]), k))
+        if not shared:
+            return prefixes
+        key = shared[0]
+        takers = found[key]
+        merged = {}
+        for n, (p, q) in takers.items():
+            o, t = ops[n], terms[n]
+            rest = o[:p] + o[p + 1:q] + o[q + 1:]
+            keep = tuple(ix for ix in t[1] if ix in _needed(o[p], o[q], rest, t[2]))
+            pair = _cost(interner, [o[p], o[q]], t[1], keep, t[3])
+            after = _cost(interner, rest + [Occurrence(-1, keep)], t[1], t[2], t[3])
+            merged[n] = (pair, after)
+        taken = set(takers)
+        while True:      # the pair's cost shared by the terms that take it
+            now = {n for n in taken if merged[n][0] / len(taken) + merged[n][1] < cost[n]}
+            if now == taken or not now:
+                taken = now
+                break
+            taken = now
+        if len(taken) < 2:
+            rejected.add(key)
+            continue
+        for n in sorted(taken):
+            p, q = takers[n]
+            o, t, m = ops[n], terms[n], made[n]
+            rest = o[:p] + o[p + 1:q] + o[q + 1:]
+            occ, _ = interner.contract_ordered(o[p], o[q], _needed(o[p], o[q], rest, t[2]))
+            ops[n] = rest + [occ]
+            prefixes[n].append((m[p], m[q]))
+            made[n] = m[:p] + m[p + 1:q] + m[q + 1:] + [m[p] | m[q]]
+            cost[n] = merged[n][1]
+
+
+def _canonical_positions(occs: list[Occurrence], result: tuple[Index, ...]) -> list[int]:
     """Sort factors by a label-free signature so that equal products tie-break alike.
 
     The path search breaks ties by operand position; without this, a relabeled copy of a term
@@ -228,7 +338,7 @@ def _canonical_order(occs: list[Occurrence], result: tuple[Index, ...]) -> list[
                 slots.append((1, *sorted(p for p in where[ix] if p != (occ.value, slot))))
         return (occ.value, tuple(slots))
 
-    return sorted(occs, key=signature)
+    return sorted(range(len(occs)), key=lambda k: signature(occs[k]))
 
 
 def _needed(x: Occurrence, y: Occurrence, rest: Sequence[Occurrence],
@@ -241,12 +351,16 @@ def _perm_to(occ: Occurrence, result: tuple[Index, ...]) -> tuple[int, ...]:
     return tuple(occ.labels.index(ix) for ix in result)
 
 
-def build_forest(equations: Sequence[Equation], extents) -> Forest:
+def build_forest(equations: Sequence[Equation], extents,
+                 share_subproducts: bool = False) -> Forest:
     """Binarize and intern ``equations`` into one forest (one SUM root per equation).
 
     ``extents`` maps space → extent, or is a Regime (composite modes then sized by their
-    domains' mean for the path search)."""
+    domains' mean for the path search). With ``share_subproducts``, sub-products common to several
+    terms are joined first where that lowers the summed flops (:func:`_shared_prefixes`);
+    without it each term's path is the cheapest for that term alone."""
     interner = _Interner(extents)
+    prefixes = _prefixes(extents, equations) if share_subproducts else {}
     roots = []
     trees: dict[int, TermTree] = {}
     for eq in equations:
@@ -261,7 +375,9 @@ def build_forest(equations: Sequence[Equation], extents) -> Forest:
             if not product.factors:
                 raise UnsupportedFeature(f"{where} is a bare number; constant terms are not "
                                          f"supported")
-            tree = _binarize(interner, product, result, where)
+            occs, labels, origins = _operands(interner, product, result, where)
+            tree = _binarize(interner, occs, labels, result, where, origins,
+                             prefixes.get(where, ()))
             occ = tree.root_occurrence
             trees.setdefault(occ.value, tree)
             expansion = tuple(operator_terms(product.operators, result))
@@ -281,6 +397,23 @@ def build_forest(equations: Sequence[Equation], extents) -> Forest:
     values = _entries_in_walk_order(interner.values, roots)
     return Forest(tuple(values), tuple(roots), interner.binary_contractions,
                   interner.leaf_users, trees)
+
+
+def _prefixes(extents, equations: Sequence[Equation]) -> dict[str, list]:
+    """:func:`_shared_prefixes` over every term of ``equations``, keyed by term name,
+    worked out on a scratch interner (the forest itself is then built in the usual order,
+    so with no join taken it is the forest built without sharing)."""
+    scratch = _Interner(extents)
+    terms, names = [], []
+    for eq in equations:
+        for k, product in enumerate(eq.terms, start=1):
+            where = f"term {k} of {eq.name}"
+            if product.coefficient == 0 or not product.factors:
+                continue
+            occs, labels, origins = _operands(scratch, product, eq.indices, where)
+            terms.append((occs, labels, eq.indices, where, origins))
+            names.append(where)
+    return dict(zip(names, _shared_prefixes(scratch, terms)))
 
 
 def _entries_in_walk_order(values: list[Value], roots: list[Root]) -> list[Value]:

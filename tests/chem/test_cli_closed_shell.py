@@ -119,3 +119,34 @@ def test_frozen_orbital_list_and_pyscf_default_thresholds(tmp_path, capsys, monk
     assert main(["ccsd"]) == 0
     assert (seen["conv_tol"], seen["conv_tol_normt"], seen["max_iter"]) == (
         RCCSD.conv_tol, RCCSD.conv_tol_normt, RCCSD.max_cycle) == (1e-7, 1e-5, 50)
+
+
+def test_ccsd_t_prints_the_three_energies_and_the_triples_peak(tmp_path, capsys):
+    """``--method "ccsd(t)"``: E(CCSD), E(T), E(CCSD(T)) and the (T) step's predicted and
+    metered peak; E(T) against PySCF's ``ccsd_t`` on its own converged amplitudes."""
+    out = tmp_path / "t.json"
+    assert main(["ccsd", "--method", "ccsd(t)", "--atom", WATER, "--basis", "6-31g", *TIGHT,
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    m = re.search(r"^E\(CCSD\) = (-?\d+\.\d+)  E\(T\) = (-?\d\.\d+)  E\(CCSD\(T\)\) = "
+                  r"(-?\d+\.\d+) Eh$", text, re.M)
+    assert m, text
+    mol = gto.M(atom=WATER, basis="6-31g", verbose=0)
+    ref = cc.CCSD(scf.RHF(mol).run(conv_tol=1e-11))
+    ref.conv_tol, ref.conv_tol_normt = 1e-10, 1e-8
+    ref.kernel()
+    e_t = ref.ccsd_t()
+    assert abs(float(m.group(2)) - e_t) < 1e-9
+    assert abs(float(m.group(3)) - (ref.e_tot + e_t)) < 1e-8
+    peaks = re.search(r"\(T\) step: predicted peak (.+), metered (.+), program", text)
+    assert peaks and peaks.group(1) == peaks.group(2)
+    data = json.loads(out.read_text())["triples"]
+    assert data["predicted_peak_bytes"] == data["metered_peak_bytes"]
+    assert abs(data["e_t"] - e_t) < 1e-9
+
+
+def test_ccsd_t_on_an_open_shell_is_refused_before_work(capsys):
+    assert main(["ccsd", "--method", "ccsd(t)", "--atom", "O 0 0 0; H 0 0 0.97",
+                 "--spin", "1", "--basis", "sto-3g"]) != 0
+    err = capsys.readouterr().err
+    assert "closed shell" in err and "--method ccsd" in err
