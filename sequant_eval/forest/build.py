@@ -222,37 +222,30 @@ def _binarize(interner: _Interner, occs: list[Occurrence], labels: tuple[Index, 
     for x, y in prefix:
         walk([(made.index(x), made.index(y))])
     if len(occs) > 1:
-        walk(_path(interner, occs, labels, result, where))
+        walk(_path(interner, occs, labels, result, where)[0])
     return TermTree(where, tuple(nodes), len(nodes) - 1 if len(nodes) > 1 else 0)
 
 
 def _path(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
-          result: tuple[Index, ...], where: str) -> list[tuple[int, ...]]:
-    """opt_einsum's contraction path for ``occs`` (optimal for a few operands), the
-    labels named in the order ``labels`` gives them."""
+          result: Sequence[Index], where: str) -> tuple[list[tuple[int, ...]], int]:
+    """opt_einsum's contraction path for ``occs`` (optimal for a few operands) and its flop
+    count, the labels named in the order ``labels`` gives them."""
+    if len(occs) < 2:
+        return [], 0
     symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
     inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
     output = "".join(symbols[ix] for ix in result)
     shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
     strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
-    path, _ = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
-                                       optimize=strategy)
-    return list(path)
+    path, info = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
+                                          optimize=strategy)
+    return list(path), int(info.opt_cost)
 
 
 def _cost(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
           result: Sequence[Index], where: str) -> int:
     """opt_einsum's flop count of contracting ``occs`` to ``result`` along its path."""
-    if len(occs) < 2:
-        return 0
-    symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
-    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
-    output = "".join(symbols[ix] for ix in result)
-    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
-    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
-    _, info = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
-                                       optimize=strategy)
-    return int(info.opt_cost)
+    return _path(interner, occs, labels, result, where)[1]
 
 
 def _shared_prefixes(interner: _Interner, terms: Sequence[tuple]) -> list[list[tuple]]:

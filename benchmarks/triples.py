@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The (T) step alone: ours (chem/triples.py) beside PySCF's ``ccsd_t.kernel``.
+
+    python benchmarks/triples.py [--systems water,dimer] [--rounds 3]
+                                 [--budgets none,10%] [--json F]
+
+Systems: closed_shell.py's water and water dimer, cc-pVDZ, all electrons correlated
+(the trimer's unbatched (T) holds ~5 o³v³ arrays, 25 GB: not run here). A prep process
+runs the RHF and PySCF's CCSD once per system and stores the amplitudes; every timed
+call is a fresh worker process (so each peak RSS is its own) that runs the RHF again,
+loads the amplitudes and times the (T) step only:
+
+  ours     ccsd_t_energy(ints, t1, t2, budget): the 288-product energy on the evaluator
+           (sub-products shared), first call (planning included) and a second call in
+           the same process (the fit remembered), the integrals transformed before the
+           clock starts
+  pyscf    pyscf.cc.ccsd_t.kernel(mycc, eris, t1, t2) (C with OpenMP, a >= b >= c), the
+           ERIs transformed before the clock starts
+
+Rounds are interleaved (each round calls every code once, the order rotated); medians
+with min-max. Peak RSS: the worker's growth over the step (chem/process_memory.RSSWatch).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from closed_shell import SYSTEMS as WATERS  # noqa: E402
+
+SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"]}
+LABELS = {"water": "H2O", "dimer": "(H2O)2"}
+
+
+def _mf(system: str, amps=None):
+    """The RHF; with ``amps`` (the prep's file) its orbitals set to the prep's, so that
+    every worker reads the amplitudes in the orbitals (and phases) they were made in."""
+    from pyscf import gto, scf
+
+    mol = gto.M(atom=SYSTEMS[system], basis="cc-pvdz", verbose=0)
+    mf = scf.RHF(mol).run(conv_tol=1e-11)
+    if amps is not None:
+        mf.mo_coeff, mf.mo_energy, mf.mo_occ = (amps["mo_coeff"], amps["mo_energy"],
+                                                amps["mo_occ"])
+    return mf
+
+
+def _prep(system: str, path: str) -> None:
+    import numpy as np
+    from pyscf import cc
+
+    mf = _mf(system)
+    mycc = cc.CCSD(mf).run(conv_tol=1e-9)
+    np.savez(path, t1=mycc.t1, t2=mycc.t2, mo_coeff=mf.mo_coeff, mo_energy=mf.mo_energy,
+             mo_occ=mf.mo_occ)
+
+
+def _worker(code: str, system: str, budget: str, path: str) -> dict:
+    import numpy as np
+
+    from sequant_eval.chem.process_memory import RSSWatch
+
+    amps = np.load(path)
+    t1, t2 = amps["t1"], amps["t2"]
+    mf = _mf(system, amps)
+    if code == "pyscf":
+        from pyscf import cc
+        from pyscf.cc import ccsd_t
+
+        mycc = cc.CCSD(mf)
+        eris = mycc.ao2mo()
+        rss = RSSWatch.start()
+        t0 = time.perf_counter()
+        e_t = ccsd_t.kernel(mycc, eris, t1, t2, verbose=0)
+        return {"seconds": time.perf_counter() - t0, "e_t": float(e_t),
+                "rss_growth": rss.growth()}
+    from sequant_eval.chem.closed_shell import ClosedShellIntegrals
+    from sequant_eval.chem.triples import ccsd_t_energy
+
+    ints = ClosedShellIntegrals.from_scf(mf)
+    for spaces in (("i", "a", "a", "a"), ("i", "i", "a", "i"), ("i", "i", "a", "a")):
+        ints.eri(spaces)                               # transformed before the clock
+    spec = None if budget == "none" else budget
+    rss = RSSWatch.start()
+    t0 = time.perf_counter()
+    first = ccsd_t_energy(ints, t1, t2, budget=spec)
+    t1_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = ccsd_t_energy(ints, t1, t2, budget=spec)
+    return {"seconds": t1_s, "second": time.perf_counter() - t0, "e_t": again.e_t,
+            "rss_growth": rss.growth(), "predicted": first.report.total_bytes,
+            "metered": first.meter.peak_bytes + first.report.program_bytes,
+            "flops": first.report.flops}
+
+
+def _spawn(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--worker", *args], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", default="water,dimer")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--budgets", default="none,10%")
+    p.add_argument("--json", default=None)
+    p.add_argument("--worker", nargs=4, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--prep", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.prep:
+        _prep(*args.prep)
+        print("{}")
+        return
+    if args.worker:
+        print(json.dumps(_worker(*args.worker)))
+        return
+    print(f"python {sys.version.split()[0]}, OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS')}, OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS')}, load {os.getloadavg()[0]:.1f}")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for system in args.systems.split(","):
+            path = str(Path(tmp) / f"{system}.npz")
+            subprocess.run([sys.executable, __file__, "--prep", system, path], check=True,
+                           capture_output=True)
+            codes = [("pyscf", "none")] + [("ours", b) for b in args.budgets.split(",")]
+            runs = {c: [] for c in codes}
+            for r in range(args.rounds):
+                for code, budget in codes[r % len(codes):] + codes[:r % len(codes)]:
+                    runs[(code, budget)].append(_spawn(code, system, budget, path))
+            ref = _median([x["seconds"] for x in runs[("pyscf", "none")]])[0]
+            e_ref = runs[("pyscf", "none")][0]["e_t"]
+            print(f"\n{LABELS[system]}/cc-pVDZ, E(T) = {e_ref:.12f} (PySCF), "
+                  f"{args.rounds} rounds")
+            for (code, budget), xs in runs.items():
+                med, lo, hi = _median([x["seconds"] for x in xs])
+                line = (f"  {code:5s} budget {budget:5s} {med:8.3f} s ({lo:.3f}-{hi:.3f}) "
+                        f"{med / ref:6.1f}x PySCF  dE(T) {xs[0]['e_t'] - e_ref:+.1e}  "
+                        f"RSS growth {_median([x['rss_growth'] for x in xs])[0] / 2**20:.0f} MiB")
+                if code == "ours":
+                    sec = _median([x["second"] for x in xs])
+                    line += (f"  second call {sec[0]:.3f} s ({sec[1]:.3f}-{sec[2]:.3f}) "
+                             f"{sec[0] / ref:.1f}x; predicted {xs[0]['predicted'] / 2**20:.1f} MiB"
+                             f" metered {xs[0]['metered'] / 2**20:.1f} MiB, "
+                             f"{xs[0]['flops'] / 1e9:.2f} GFLOP")
+                print(line)
+            results[system] = {f"{c}@{b}": xs for (c, b), xs in runs.items()}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
