@@ -217,8 +217,6 @@ def _check_ccsd_flags(args: argparse.Namespace) -> None:
     if args.method != "ccsd" and args.integrals_on_disk is not None:
         raise UsageError(f"--integrals-on-disk is for --method ccsd; {args.method} keeps its "
                          "integrals in memory (drop it, or give a --budget)")
-    if args.method == "ccsd(t)" and args.spin_orbital:
-        raise UsageError("--method ccsd(t) runs the closed-shell (T); drop --spin-orbital")
     if args.integrals_on_disk is not None and not Path(args.integrals_on_disk).is_dir():
         raise UsageError(f"--integrals-on-disk {args.integrals_on_disk}: no such folder; "
                          "create it first")
@@ -279,9 +277,11 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
     mol = molecules.molecule_from_atoms(atom, args.basis, args.charge, args.spin)
-    if args.method == "ccsd(t)" and mol.spin != 0:
-        raise UsageError(f"--method ccsd(t) needs a closed shell (an RHF reference); this "
-                         f"molecule has spin {mol.spin}: use --method ccsd")
+    if args.method == "ccsd(t)" and mol.spin != 0 and not args.spin_orbital:
+        raise UsageError(f"--method ccsd(t) runs the closed-shell (T) or, with "
+                         f"--spin-orbital, the spin-orbital one; this molecule has spin "
+                         f"{mol.spin} (not a closed shell, and the unrestricted (T) is not "
+                         f"there yet): add --spin-orbital, or use --method ccsd")
     mf = molecules.mean_field(mol)
     if args.integrals_on_disk is not None or args.chkfile or args.restart:
         import_module("h5py")     # imported before the baseline: it is not the run's memory
@@ -293,7 +293,7 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
         e_t = mycc.ccsd_t() if args.method == "ccsd(t)" and mycc.converged else None
     print(mycc.summary())
     if e_t is not None:
-        tr = mycc.triples
+        tr = mycc.triples_result
         print(f"E(CCSD) = {mycc.e_tot:.10f}  E(T) = {e_t:.10f}  E(CCSD(T)) = "
               f"{mycc.e_tot + e_t:.10f} Eh")
         print(f"  (T) step: predicted peak {format_bytes(tr.report.peak_bytes)}, metered "
@@ -307,8 +307,8 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
                     peak_rss_growth_bytes=growth)
         if e_t is not None:
             data["triples"] = {"e_t": e_t, "e_tot": mycc.e_tot + e_t,
-                               "predicted_peak_bytes": mycc.triples.report.peak_bytes,
-                               "metered_peak_bytes": mycc.triples.meter.peak_bytes}
+                               "predicted_peak_bytes": mycc.triples_result.report.peak_bytes,
+                               "metered_peak_bytes": mycc.triples_result.meter.peak_bytes}
         _write(args.json, "--json", json.dumps(data, indent=1) + "\n")
     return 0 if mycc.converged else 1
 
@@ -357,12 +357,12 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     from .chem import derive, triples
 
     text = derive.derive_ccsd_text()
-    triples_path = derive.DATA_PATH.with_name(triples.TRIPLES_FILE)
+    made = {derive.DATA_PATH.with_name(name): triples.triples_text(so)
+            for so, name in triples.TRIPLES_FILES.items()}
     if args.check:
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
                  derive.UNRESTRICTED_PATH: derive.unrestricted_text(text),
-                 derive.CCSDT_PATH: derive.derive_ccsdt_text(),
-                 triples_path: triples.triples_text()}
+                 derive.CCSDT_PATH: derive.derive_ccsdt_text(), **made}
         stale = [p for p, t in fresh.items()
                  if not p.exists() or p.read_text(encoding="utf-8") != t]
         for path in stale:
@@ -372,9 +372,10 @@ def _cmd_regen(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     derive.regenerate()
     derive.regenerate_ccsdt()
-    triples_path.write_text(triples.triples_text(), encoding="utf-8")
+    for path, text in made.items():
+        path.write_text(text, encoding="utf-8")
     print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.UNRESTRICTED_PATH}, "
-          f"{derive.CCSDT_PATH} and {triples_path}")
+          f"{derive.CCSDT_PATH} and the (T) energies {', '.join(p.name for p in made)}")
     return 0
 
 
@@ -484,9 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("ccsd", help="CCSD (or --method ccsdt) of a molecule with a memory "
                                     "report", epilog=_EPILOG)
     p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsd(t)", "ccsdt"],
-                   help="ccsd (default), ccsd(t) (closed-shell RHF: the (T) step after "
-                        "CCSD, under the same --budget) or ccsdt (spin-orbital equations on "
-                        "any reference)")
+                   help="ccsd (default), ccsd(t) (the (T) step after CCSD, under the same "
+                        "--budget: closed-shell, or spin-orbital with --spin-orbital) or "
+                        "ccsdt (spin-orbital equations on any reference)")
     p.add_argument("--molecule", default=None,
                    help="a named molecule: water (default) or water_dimer")
     p.add_argument("--atom", help='atoms in Angstrom: "O 0 0 0.117; H 0 0.757 -0.469; ..."')

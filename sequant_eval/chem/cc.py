@@ -156,6 +156,8 @@ class CoupledCluster:
     spin_orbital = True
     #: The equations, in summaries and JSON; the orbitals in the summary.
     label, orbital_kind = "spin-orbital", "spin-orbitals"
+    #: Which (T) energy ``ccsd_t`` evaluates: "closed-shell", "spin-orbital", None (none).
+    triples: str | None = None
     #: The amplitudes, in order (``kernel``'s arguments and results).
     amplitudes = ("t1", "t2")
     #: The integral tensors written to disk out of core.
@@ -467,10 +469,35 @@ class CoupledCluster:
 
     def ccsd_t(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None,
                eris: Any = None) -> float:
-        """PySCF's ``ccsd_t()``: the (T) correction; closed-shell CCSD only so far."""
-        raise UnsupportedFeature(
-            f"ccsd_t() is implemented for closed-shell CCSD (an RHF reference) only; this "
-            f"is {self.label} {self.method}: use pyscf.cc for (T) on other references")
+        """PySCF's ``ccsd_t()``: the (T) correction at ``t1``, ``t2`` (default: this run's
+        amplitudes), evaluated under the same ``budget`` (or ``max_memory``) as the CCSD
+        (:func:`~sequant_eval.chem.triples.ccsd_t_energy`; closed-shell and spin-orbital
+        CCSD); ``eris`` is accepted for PySCF's signature and not read. Also kept:
+        ``e_t`` and ``triples_result`` (with the predicted and metered peak)."""
+        from .triples import ccsd_t_energy
+
+        if self.triples is None:
+            raise UnsupportedFeature(
+                f"ccsd_t() is implemented for closed-shell and spin-orbital CCSD; this is "
+                f"{self.label} {self.method}: run CCSD(mf, spin_orbital=True) for the "
+                f"spin-orbital (T), or use pyscf.cc")
+        if t1 is None or t2 is None:
+            if self.e_corr is None:
+                raise SequantEvalError("ccsd_t() needs the CCSD amplitudes: call .run() "
+                                       "first, or pass t1 and t2")
+            t1 = self.t1 if t1 is None else t1
+            t2 = self.t2 if t2 is None else t2
+        if self.out_of_core:
+            raise UnsupportedFeature("ccsd_t() reads the integrals in memory; run the CCSD "
+                                     "without integrals_on_disk (a budget still batches it)")
+        result = ccsd_t_energy(self.integrals, t1, t2, budget=self.budget,
+                               max_memory=self.max_memory, backend=self.backend,
+                               spin_orbital=self.triples == "spin-orbital")
+        self.e_t, self.triples_result = result.e_t, result
+        log.log(NOTE, "CCSD(T) correction = %.15g  (predicted peak %s, metered %s)",
+                result.e_t, format_bytes(result.report.peak_bytes),
+                format_bytes(result.meter.peak_bytes))
+        return result.e_t
 
     @property
     def e_tot(self) -> float:

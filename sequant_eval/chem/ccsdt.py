@@ -24,6 +24,8 @@ class CCSDT(GCCSD):
     spin-orbital layout ``t3[i, j, k, a, b, c]``, starting at zero.
     """
 
+    triples = None                     # (T) is a correction to CCSD, not CCSDT
+
     method = "CCSDT"
     amplitudes = ("t1", "t2", "t3")
 

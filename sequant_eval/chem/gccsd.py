@@ -30,6 +30,7 @@ class GCCSD(CoupledCluster):
     method = "CCSD"
     spin_orbital = True
     label, orbital_kind = "spin-orbital", "spin-orbitals"
+    triples = "spin-orbital"
 
     def plain_equations(self):
         """``data/ccsd_so.txt``."""

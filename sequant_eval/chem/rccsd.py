@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SequantEvalError, UnsupportedFeature
-from ..units import format_bytes
+from ..errors import UnsupportedFeature
 from ..expr.exchange import fold_exchange
 from ..expr.factor import factor_common
-from .cc import NOTE, CoupledCluster, log
+from .cc import CoupledCluster
 from .closed_shell import ClosedShellIntegrals
 from .equations import closed_shell_equations
 from .storage import _exchange
@@ -50,6 +49,7 @@ class RCCSD(CoupledCluster):
     label, orbital_kind = "closed-shell", "spatial orbitals (closed shell)"
     disk_tensors = ("g", "L")
     exchange = True
+    triples = "closed-shell"
 
     def plain_equations(self):
         """``data/ccsd_cs.txt``, exchange-folded."""
@@ -66,32 +66,6 @@ class RCCSD(CoupledCluster):
 
     def mean_field_integrals(self):
         return ClosedShellIntegrals.from_scf(self.mf, self.frozen)
-
-    def ccsd_t(self, t1: np.ndarray | None = None, t2: np.ndarray | None = None,
-               eris: Any = None) -> float:
-        """PySCF's ``ccsd_t()``: the (T) correction at ``t1``, ``t2`` (default: this run's
-        amplitudes), evaluated under the same ``budget`` (or ``max_memory``) as the CCSD
-        (:func:`~sequant_eval.chem.triples.ccsd_t_energy`); ``eris`` is accepted for
-        PySCF's signature and not read. Also kept: ``e_t`` and ``triples`` (the result,
-        with the predicted and metered peak)."""
-        from .triples import ccsd_t_energy
-
-        if t1 is None or t2 is None:
-            if self.e_corr is None:
-                raise SequantEvalError("ccsd_t() needs the CCSD amplitudes: call .run() "
-                                       "first, or pass t1 and t2")
-            t1 = self.t1 if t1 is None else t1
-            t2 = self.t2 if t2 is None else t2
-        if self.out_of_core:
-            raise UnsupportedFeature("ccsd_t() reads the integrals in memory; run the CCSD "
-                                     "without integrals_on_disk (a budget still batches it)")
-        result = ccsd_t_energy(self.integrals, t1, t2, budget=self.budget,
-                               max_memory=self.max_memory, backend=self.backend)
-        self.e_t, self.triples = result.e_t, result
-        log.log(NOTE, "CCSD(T) correction = %.15g  (predicted peak %s, metered %s)",
-                result.e_t, format_bytes(result.report.peak_bytes),
-                format_bytes(result.meter.peak_bytes))
-        return result.e_t
 
     def base_tensors(self) -> dict[str, Any]:
         """The integral blocks; in memory every block the equations read is transformed

@@ -1,4 +1,4 @@
-"""The closed-shell (T) energy of CCSD(T), evaluated by the package's evaluator.
+"""The (T) energy of CCSD(T), closed-shell and spin-orbital, on the package's evaluator.
 
 With ``w_ijk^abc = Σ_f (ia|fb) t_kj^cf − Σ_m (ia|jm) t_mk^bc`` and
 ``v_ijk^abc = (ia|jb) t_k^c + t_ij^ab f_kc`` (real RHF orbitals, PySCF's layouts), the
@@ -19,8 +19,15 @@ sub-products shared (``Evaluator(share_subproducts=True)``: the four o³v³ valu
 and ``w·D`` are computed once and read by every term), the denominator read per batch
 from :class:`~sequant_eval.chem.denominators.OrbitalDenominator`, under the method's budget.
 
+Spin orbitals (any reference through its spin orbitals, PySCF's ``gccsd_t``): with
+``c_ijk^abc = Σ_e t_jk^ae <ei||bc> − Σ_m t_im^bc <jk||ma>``, ``d_ijk^abc = t_i^a <jk||bc> +
+f_ai t_jk^bc`` and ``P9 = (1 − P_ij − P_ik)(1 − P_ab − P_ac)``, PySCF's
+``E(T) = 1/36 Σ (P9 c + P9 d) · P9 c / D`` is ``1/4 Σ (c + d) · P9 c / D`` (``P9`` is
+self-adjoint and ``P9 P9 c = 9 P9 c``, ``P9 c`` being antisymmetric): 4 × 9 × 2 = 72
+products (``data/ccsd_t_so.txt``).
+
 Not yet: the permutational restriction a ≥ b ≥ c that gives PySCF's kernel its six-fold
-saving, and the spin-orbital and unrestricted (T) (docs/design.md says what each needs).
+saving, and the unrestricted (T) (docs/design.md says what each needs).
 """
 from __future__ import annotations
 
@@ -41,9 +48,10 @@ from ..expr.printer import format_equation
 from .denominators import OrbitalDenominator
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
-           "ccsd_t_energy", "TriplesResult", "TRIPLES_FILE"]
+           "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES"]
 
-TRIPLES_FILE = "ccsd_t_cs.txt"
+#: The packaged (T) energy files: closed shell, spin orbitals.
+TRIPLES_FILES = {False: "ccsd_t_cs.txt", True: "ccsd_t_so.txt"}
 
 _HEADER = """\
 # Closed-shell (RHF) (T) energy of CCSD(T) over spatial orbitals (canonical orbitals).
@@ -59,6 +67,21 @@ _HEADER = """\
 #   D3{i_1,i_2,i_3;a_1,a_2,a_3} = 1/(e_i1 + e_i2 + e_i3 - e_a1 - e_a2 - e_a3)
 # The left factor w reads (i_1,i_2,i_3;a_1,a_2,a_3) with its sum index a_4/i_4, the right
 # factor the permuted labels with a_5/i_5.
+"""
+
+_SO_HEADER = """\
+# Spin-orbital (T) energy of CCSD(T) (canonical orbitals: the denominator reads the Fock
+# diagonal; PySCF's gccsd_t).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`
+# (sequant_eval/chem/triples.py writes the products of its formula, documented there).
+#
+# ET = 1/4 sum (c + d) * P9(c) / D over i_1..i_3 (occupied), a_1..a_3 (virtual), with
+#   c{i,j,k;a,b,c} = t2{a,e;j,k} g{e,i;b,c} - t2{b,c;i,m} g{j,k;m,a},
+#   d{i,j,k;a,b,c} = t1{a;i} g{j,k;b,c} + f{a;i} t2{b,c;j,k},
+#   P9 = (1 - P(i_1,i_2) - P(i_1,i_3)) (1 - P(a_1,a_2) - P(a_1,a_3)).
+# Tensors are Name{bra;ket}: f{p;q} Fock matrix, g{p,q;r,s} = <pq||rs>, t1{a;i} = t_i^a,
+# t2{a_1,a_2;i_1,i_2} = t_{i_1 i_2}^{a_1 a_2},
+# D3{i_1,i_2,i_3;a_1,a_2,a_3} = 1/(e_i1 + e_i2 + e_i3 - e_a1 - e_a2 - e_a3).
 """
 
 _O = ("i_1", "i_2", "i_3")
@@ -101,22 +124,52 @@ def _products() -> list[tuple[Fraction, str]]:
     return out
 
 
-def triples_text() -> str:
-    """The text of ``data/ccsd_t_cs.txt`` (deterministic, byte for byte)."""
+def _so_c(o, v, dummy: int) -> list[tuple[int, str]]:
+    i, j, k = o
+    a, b, c = v
+    return [(1, f"t2{{{a},a_{dummy};{j},{k}}} * g{{a_{dummy},{i};{b},{c}}}"),
+            (-1, f"t2{{{b},{c};{i},i_{dummy}}} * g{{{j},{k};i_{dummy},{a}}}")]
+
+
+def _so_d(o, v) -> list[tuple[int, str]]:
+    i, j, k = o
+    a, b, c = v
+    return [(1, f"t1{{{a};{i}}} * g{{{j},{k};{b},{c}}}"),
+            (1, f"f{{{a};{i}}} * t2{{{b},{c};{j},{k}}}")]
+
+
+def _so_products() -> list[tuple[Fraction, str]]:
+    out = []
+    swaps = ((0, 1, 2), (1, 0, 2), (2, 1, 0))       # 1, P(x_1,x_2), P(x_1,x_3)
+    for left_sign, left in _so_c(_O, _V, 4) + _so_d(_O, _V):
+        for po in swaps:
+            for pv in swaps:
+                sign = (1 if po == swaps[0] else -1) * (1 if pv == swaps[0] else -1)
+                o, v = tuple(_O[p] for p in po), tuple(_V[p] for p in pv)
+                for s, r in _so_c(o, v, 5):
+                    out.append((Fraction(left_sign * sign * s, 4),
+                                f"{left} * D3{{{','.join(_O)};{','.join(_V)}}} * {r}"))
+    return out
+
+
+def triples_text(spin_orbital: bool = False) -> str:
+    """The text of ``data/ccsd_t_cs.txt`` (or, with ``spin_orbital``, ``ccsd_t_so.txt``);
+    deterministic, byte for byte."""
     def number(c: Fraction) -> str:
         return str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"
-    terms = [f"{'-' if c < 0 else '+'} {number(abs(c))} {t}" for c, t in _products()]
+    products = _so_products() if spin_orbital else _products()
+    terms = [f"{'-' if c < 0 else '+'} {number(abs(c))} {t}" for c, t in products]
     body = "ET = " + "\n    ".join(terms).removeprefix("+ ")
     (eq,) = parse(body)
-    return _HEADER + f"\n# ET: {len(eq.terms)} terms\n" + format_equation(
-        eq, one_term_per_line=True, indent="    ") + "\n"
+    return (_SO_HEADER if spin_orbital else _HEADER) + f"\n# ET: {len(eq.terms)} terms\n" + (
+        format_equation(eq, one_term_per_line=True, indent="    ") + "\n")
 
 
-@lru_cache(maxsize=1)
-def triples_equations():
-    """The packaged closed-shell (T) energy equation (``ET``), parsed once."""
-    text = resources.files("sequant_eval.chem").joinpath("data", TRIPLES_FILE).read_text(
-        encoding="utf-8")
+@lru_cache(maxsize=2)
+def triples_equations(spin_orbital: bool = False):
+    """The packaged (T) energy equation (``ET``), closed-shell or spin-orbital, parsed once."""
+    text = resources.files("sequant_eval.chem").joinpath(
+        "data", TRIPLES_FILES[spin_orbital]).read_text(encoding="utf-8")
     return tuple(parse(text))
 
 
@@ -132,12 +185,12 @@ class TriplesResult:
     budget_bytes: float | None
 
 
-def triples_evaluator(ints: Any, budget: Any = None,
-                      max_memory: float | None = None) -> Evaluator:
+def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
+                      spin_orbital: bool = False) -> Evaluator:
     """The (T) energy's evaluator at the extents of ``ints``: ``budget`` (bytes, text or a
     share, as everywhere) bounds it, the o³v³ triples batched to fit; without one,
     ``max_memory`` (MB, PySCF's) does once the unbatched evaluation would exceed it."""
-    eqs, extents = triples_equations(), dict(ints.extents)
+    eqs, extents = triples_equations(spin_orbital), dict(ints.extents)
     chosen = Budget.parse(budget)
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
@@ -164,12 +217,14 @@ def triples_tensors(ints: Any, t1: np.ndarray, t2: np.ndarray) -> dict[str, Any]
 
 
 def ccsd_t_energy(ints: Any, t1: np.ndarray, t2: np.ndarray, budget: Any = None,
-                  max_memory: float | None = None, backend: str = "numpy") -> TriplesResult:
-    """E(T) of closed-shell CCSD amplitudes ``t1[i, a]``, ``t2[i, j, a, b]`` with the
-    integral blocks ``ints`` (a :class:`~sequant_eval.chem.closed_shell.ClosedShellIntegrals`),
-    canonical orbitals, under ``budget`` or ``max_memory`` (:func:`triples_evaluator`)."""
+                  max_memory: float | None = None, backend: str = "numpy",
+                  spin_orbital: bool = False) -> TriplesResult:
+    """E(T) of CCSD amplitudes ``t1[i, a]``, ``t2[i, j, a, b]`` (PySCF's layouts) with the
+    integral blocks ``ints`` (a :class:`~sequant_eval.chem.closed_shell.ClosedShellIntegrals`,
+    or with ``spin_orbital`` spin-orbital ones, ``g = <pq||rs>``), canonical orbitals,
+    under ``budget`` or ``max_memory`` (:func:`triples_evaluator`)."""
     tensors = triples_tensors(ints, t1, t2)
-    ev = triples_evaluator(ints, budget, max_memory)
+    ev = triples_evaluator(ints, budget, max_memory, spin_orbital)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
     return TriplesResult(float(out["ET"]), report, meter,

@@ -149,4 +149,4 @@ def test_ccsd_t_on_an_open_shell_is_refused_before_work(capsys):
     assert main(["ccsd", "--method", "ccsd(t)", "--atom", "O 0 0 0; H 0 0 0.97",
                  "--spin", "1", "--basis", "sto-3g"]) != 0
     err = capsys.readouterr().err
-    assert "closed shell" in err and "--method ccsd" in err
+    assert "closed shell" in err and "--spin-orbital" in err
