@@ -120,7 +120,7 @@ class Evaluator:
 
     ``share_subproducts=True`` binarizes the terms together: a sub-product several terms
     contain is joined first in each of them where that lowers the summed flops, so it is
-    one value of the forest (the (T) energy's 288 terms read four triples values instead of
+    one value of the forest (the (T) energy's 232 terms read four triples values instead of
     building their own); off, each term's contraction order is the cheapest for that term
     alone (``forest/build.py``)."""
 

@@ -53,7 +53,7 @@ def _oracle(eq, tensors) -> float:
 
 
 def test_shared_binarization_computes_the_same_energy_from_fewer_values():
-    """On the (T) energy's 288 terms: the same number as the per-term binarization and
+    """On the (T) energy's 232 terms: the same number as the per-term binarization and
     the term-by-term einsum (1e-12 relative), with far fewer distinct o³v³ values."""
     eqs = triples_equations()
     tensors = _tensors(np.random.default_rng(7))
