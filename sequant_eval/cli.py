@@ -259,8 +259,8 @@ def _method(args: argparse.Namespace, mf):
 
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
-    """CCSD (``--method ccsd(t)``: then the closed-shell (T); ``--method ccsdt``:
-    spin-orbital CCSDT) on a molecule (closed-shell
+    """CCSD (``--method ccsd(t)``: then the (T); ``--method ccsdt``: spin-orbital
+    CCSDT) on a molecule (closed-shell
     CCSD equations for a closed-shell RHF, unrestricted ones for an open shell's UHF), one
     line per iteration, then energies and the memory report; ``--json`` writes them as
     JSON."""
@@ -290,25 +290,15 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
           f"{mol.nao} basis functions, {mol.nelectron} electrons)")
     with _log_to_stdout():
         mycc = _method(args, mf).run()
-        e_t = mycc.ccsd_t() if args.method == "ccsd(t)" and mycc.converged else None
+        if args.method == "ccsd(t)" and mycc.converged:
+            mycc.ccsd_t()                     # its energies join the summary
     print(mycc.summary())
-    if e_t is not None:
-        tr = mycc.triples_result
-        print(f"E(CCSD) = {mycc.e_tot:.10f}  E(T) = {e_t:.10f}  E(CCSD(T)) = "
-              f"{mycc.e_tot + e_t:.10f} Eh")
-        print(f"  (T) step: predicted peak {format_bytes(tr.report.peak_bytes)}, metered "
-              f"{format_bytes(tr.meter.peak_bytes)}, program {format_bytes(tr.report.program_bytes)}"
-              + (f", budget {format_bytes(tr.budget_bytes)}" if tr.budget_bytes else ""))
     growth = rss.growth()
     if growth is not None:
         print(f"  peak RSS growth since SCF  {format_bytes(growth)} ({growth} B)")
     if args.json:
         data = dict(mycc.to_dict(), atom=atom, charge=args.charge, spin=mol.spin,
                     peak_rss_growth_bytes=growth)
-        if e_t is not None:
-            data["triples"] = {"e_t": e_t, "e_tot": mycc.e_tot + e_t,
-                               "predicted_peak_bytes": mycc.triples_result.report.peak_bytes,
-                               "metered_peak_bytes": mycc.triples_result.meter.peak_bytes}
         _write(args.json, "--json", json.dumps(data, indent=1) + "\n")
     return 0 if mycc.converged else 1
 

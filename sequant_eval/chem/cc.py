@@ -199,6 +199,8 @@ class CoupledCluster:
         self.iterations = self.iterations_run = 0
         self.result: CCResult | None = None
         self.report = self.meter = None
+        self.e_t: float | None = None
+        self.triples_result = None          # the latest ccsd_t()'s TriplesResult
         self.seconds_per_iteration = float("nan")
         for name in self.amplitudes:
             setattr(self, name, None)
@@ -559,6 +561,7 @@ class CoupledCluster:
             setattr(self, name, np.ascontiguousarray(swap_halves(result.t[name])))
         self.iterations, self.iterations_run = result.iterations, ran
         self.report, self.meter = report, meter
+        self.e_t = self.triples_result = None       # of other amplitudes
         self.seconds_per_iteration = seconds / max(1, ran)
         log.log(NOTE, "%s %s", self.method, "converged" if self.converged else "not converged")
         log.log(NOTE, "E(%s) = %.16g  E_corr = %.16g", self.method, self.e_tot, self.e_corr)

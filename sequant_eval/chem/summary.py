@@ -78,7 +78,29 @@ def summary_text(cc: Any) -> str:
     disk = _storage_line(cc)
     if disk is not None:
         lines.append(f"  {disk}")
-    return "\n".join(lines)
+    return "\n".join(lines + _triples_lines(cc))
+
+
+def _triples_lines(cc: Any) -> list[str]:
+    """After ``ccsd_t()``: the three energies and the (T) step's memory figures."""
+    tr = cc.triples_result
+    if tr is None:
+        return []
+    return [f"E(CCSD) = {cc.e_tot:.10f}  E(T) = {tr.e_t:.10f}  E(CCSD(T)) = "
+            f"{cc.e_tot + tr.e_t:.10f} Eh",
+            f"  (T) step: predicted peak {format_bytes(tr.report.peak_bytes)}, metered "
+            f"{format_bytes(tr.meter.peak_bytes)}, program "
+            f"{format_bytes(tr.report.program_bytes)}"
+            + (f", budget {format_bytes(tr.budget_bytes)}" if tr.budget_bytes else "")]
+
+
+def _triples(cc: Any) -> dict[str, Any] | None:
+    tr = cc.triples_result
+    if tr is None:
+        return None
+    return {"e_t": tr.e_t, "e_tot": cc.e_tot + tr.e_t,
+            "predicted_peak_bytes": tr.report.peak_bytes,
+            "metered_peak_bytes": tr.meter.peak_bytes, "budget_bytes": tr.budget_bytes}
 
 
 def _history(cc: Any) -> list[dict[str, Any]]:
@@ -129,5 +151,5 @@ def summary_dict(cc: Any) -> dict[str, Any]:
         "integrals_on_disk": str(cc.integrals.path) if cc.out_of_core else None,
         "integrals_file": _integrals_file(cc),
         "max_memory_mb": cc.max_memory, "budget": str(cc.budget),
-        "memory": _memory(cc),
+        "memory": _memory(cc), "triples": _triples(cc),
     }
