@@ -277,11 +277,6 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     else:
         atom = molecules.geometry(args.molecule or "water").replace("\n", "; ")
     mol = molecules.molecule_from_atoms(atom, args.basis, args.charge, args.spin)
-    if args.method == "ccsd(t)" and mol.spin != 0 and not args.spin_orbital:
-        raise UsageError(f"--method ccsd(t) runs the closed-shell (T) or, with "
-                         f"--spin-orbital, the spin-orbital one; this molecule has spin "
-                         f"{mol.spin} (not a closed shell, and the unrestricted (T) is not "
-                         f"there yet): add --spin-orbital, or use --method ccsd")
     mf = molecules.mean_field(mol)
     if args.integrals_on_disk is not None or args.chkfile or args.restart:
         import_module("h5py")     # imported before the baseline: it is not the run's memory
@@ -347,8 +342,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     from .chem import derive, triples
 
     text = derive.derive_ccsd_text()
-    made = {derive.DATA_PATH.with_name(name): triples.triples_text(so)
-            for so, name in triples.TRIPLES_FILES.items()}
+    made = {derive.DATA_PATH.with_name(name): triples.triples_text(kind)
+            for kind, name in triples.TRIPLES_FILES.items()}
     if args.check:
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
                  derive.UNRESTRICTED_PATH: derive.unrestricted_text(text),
@@ -476,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     "report", epilog=_EPILOG)
     p.add_argument("--method", default="ccsd", choices=["ccsd", "ccsd(t)", "ccsdt"],
                    help="ccsd (default), ccsd(t) (the (T) step after CCSD, under the same "
-                        "--budget: closed-shell, or spin-orbital with --spin-orbital) or "
+                        "--budget: closed-shell, unrestricted for an open shell, or "
+                        "spin-orbital with --spin-orbital) or "
                         "ccsdt (spin-orbital equations on any reference)")
     p.add_argument("--molecule", default=None,
                    help="a named molecule: water (default) or water_dimer")

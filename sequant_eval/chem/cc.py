@@ -156,7 +156,7 @@ class CoupledCluster:
     spin_orbital = True
     #: The equations, in summaries and JSON; the orbitals in the summary.
     label, orbital_kind = "spin-orbital", "spin-orbitals"
-    #: Which (T) energy ``ccsd_t`` evaluates: "closed-shell", "spin-orbital", None (none).
+    #: Which (T) energy ``ccsd_t`` evaluates (a kind of ``triples.TRIPLES_FILES``; None: none).
     triples: str | None = None
     #: The amplitudes, in order (``kernel``'s arguments and results).
     amplitudes = ("t1", "t2")
@@ -473,14 +473,15 @@ class CoupledCluster:
                eris: Any = None) -> float:
         """PySCF's ``ccsd_t()``: the (T) correction at ``t1``, ``t2`` (default: this run's
         amplitudes), evaluated under the same ``budget`` (or ``max_memory``) as the CCSD
-        (:func:`~sequant_eval.chem.triples.ccsd_t_energy`; closed-shell and spin-orbital
-        CCSD); ``eris`` is accepted for PySCF's signature and not read. Also kept:
+        (:func:`~sequant_eval.chem.triples.ccsd_t_energy`; closed-shell, spin-orbital and
+        unrestricted CCSD, ``t1``/``t2`` in the method's layout); ``eris`` is accepted for PySCF's signature and not read. Also kept:
         ``e_t`` and ``triples_result`` (with the predicted and metered peak)."""
         from .triples import ccsd_t_energy
 
         if self.triples is None:
             raise UnsupportedFeature(
-                f"ccsd_t() is implemented for closed-shell and spin-orbital CCSD; this is "
+                f"ccsd_t() is implemented for closed-shell, spin-orbital and unrestricted "
+                f"CCSD; this is "
                 f"{self.label} {self.method}: run CCSD(mf, spin_orbital=True) for the "
                 f"spin-orbital (T), or use pyscf.cc")
         if t1 is None or t2 is None:
@@ -494,7 +495,7 @@ class CoupledCluster:
                                      "without integrals_on_disk (a budget still batches it)")
         result = ccsd_t_energy(self.integrals, t1, t2, budget=self.budget,
                                max_memory=self.max_memory, backend=self.backend,
-                               spin_orbital=self.triples == "spin-orbital")
+                               kind=self.triples)
         self.e_t, self.triples_result = result.e_t, result
         log.log(NOTE, "CCSD(T) correction = %.15g  (predicted peak %s, metered %s)",
                 result.e_t, format_bytes(result.report.peak_bytes),

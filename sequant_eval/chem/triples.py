@@ -28,8 +28,15 @@ f_ai t_jk^bc`` and ``P9 = (1 − P_ij − P_ik)(1 − P_ab − P_ac)``, PySCF's
 self-adjoint and ``P9 P9 c = 9 P9 c``, ``P9 c`` being antisymmetric): 4 × 9 × 2 = 72
 products, 63 folded (``data/ccsd_t_so.txt``).
 
+Unrestricted (a UHF or ROHF reference, PySCF's ``uccsd_t``): the spin integration of the
+spin-orbital products (:func:`~sequant_eval.expr.spin_integrate.spin_integrate`, the
+denominator declared symmetric) over the α/β blocks of ``UCCSD`` — 232 products, 28 each
+over ααα and βββ triples, 88 each over ααβ and αββ (``data/ccsd_t_u.txt``); each block of
+the denominator (``D3aab{i_1,i_2,I_1;a_1,a_2,A_1}``) is the same provider reading both
+spins' orbital energies.
+
 Not yet: the permutational restriction a ≥ b ≥ c that gives PySCF's kernel its six-fold
-saving, and the unrestricted (T) (docs/design.md says what each needs).
+saving (docs/design.md says what it needs).
 """
 from __future__ import annotations
 
@@ -44,16 +51,18 @@ import numpy as np
 
 from ..api import Evaluator
 from ..budget import Budget
-from ..errors import ShapeMismatch
+from ..errors import ShapeMismatch, UnsupportedFeature
 from ..expr import parse
 from ..expr.printer import format_equation
+from ..expr.spin_integrate import spin_integrate
 from .denominators import OrbitalDenominator
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
            "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES"]
 
-#: The packaged (T) energy files: closed shell, spin orbitals.
-TRIPLES_FILES = {False: "ccsd_t_cs.txt", True: "ccsd_t_so.txt"}
+#: The packaged (T) energy file of each kind of reference orbitals.
+TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt",
+                 "unrestricted": "ccsd_t_u.txt"}
 
 _HEADER = """\
 # Closed-shell (RHF) (T) energy of CCSD(T) over spatial orbitals (canonical orbitals).
@@ -86,6 +95,21 @@ _SO_HEADER = """\
 # Tensors are Name{bra;ket}: f{p;q} Fock matrix, g{p,q;r,s} = <pq||rs>, t1{a;i} = t_i^a,
 # t2{a_1,a_2;i_1,i_2} = t_{i_1 i_2}^{a_1 a_2},
 # D3{i_1,i_2,i_3;a_1,a_2,a_3} = 1/(e_i1 + e_i2 + e_i3 - e_a1 - e_a2 - e_a3).
+"""
+
+_U_HEADER = """\
+# Unrestricted (UHF/ROHF) (T) energy of CCSD(T) over alpha and beta spatial orbitals
+# (the denominator reads the Fock diagonals; PySCF's uccsd_t).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`
+# (sequant_eval/chem/triples.py spin-integrates the products of ccsd_t_so.txt,
+# sequant_eval/expr/spin_integrate.py, with D3 symmetric in its bra and in its ket).
+#
+# Indices i (alpha occupied), I (beta occupied), a (alpha virtual), A (beta virtual).
+# Tensors are Name{bra;ket}, named per spin block as PySCF's UCCSD names them:
+#   fa{p;q}, fb{P;Q} Fock matrices; gaa{p,q;r,s} = <pq||rs> over alpha, gbb over beta,
+#   gab{p,Q;r,S} = <pQ|rS> (no exchange part); t1a{a;i}, t1b{A;I};
+#   t2aa{a_1,a_2;i_1,i_2}, t2ab{a,A;i,I} (PySCF's t2ab[i,I,a,A]), t2bb;
+#   D3aab{i_1,i_2,I_1;a_1,a_2,A_1} = 1/(e_i1 + e_i2 + e_I1 - e_a1 - e_a2 - e_A1), and so on.
 """
 
 _O = ("i_1", "i_2", "i_3")
@@ -200,24 +224,36 @@ def _so_products() -> list[tuple[Fraction, str]]:
     return _folded(products, text)
 
 
-def triples_text(spin_orbital: bool = False) -> str:
-    """The text of ``data/ccsd_t_cs.txt`` (or, with ``spin_orbital``, ``ccsd_t_so.txt``);
-    deterministic, byte for byte."""
+def _kind(kind: str) -> str:
+    if kind not in TRIPLES_FILES:
+        raise UnsupportedFeature(f"no (T) energy for orbitals of kind {kind!r}; the kinds are "
+                                 f"{', '.join(TRIPLES_FILES)}")
+    return kind
+
+
+def triples_text(kind: str = "closed-shell") -> str:
+    """The text of the packaged (T) file of ``kind`` (:data:`TRIPLES_FILES`): the
+    closed-shell and spin-orbital products of the module docstring's formulas, the
+    unrestricted ones their spin integration; deterministic, byte for byte."""
     def number(c: Fraction) -> str:
         return str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"
-    products = _so_products() if spin_orbital else _products()
-    terms = [f"{'-' if c < 0 else '+'} {number(abs(c))} {t}" for c, t in products]
-    body = "ET = " + "\n    ".join(terms).removeprefix("+ ")
-    (eq,) = parse(body)
-    return (_SO_HEADER if spin_orbital else _HEADER) + f"\n# ET: {len(eq.terms)} terms\n" + (
+    if _kind(kind) == "unrestricted":
+        eq, = spin_integrate(parse(triples_text("spin-orbital")), symmetric=("D3",))
+        header = _U_HEADER
+    else:
+        products = _so_products() if kind == "spin-orbital" else _products()
+        terms = [f"{'-' if c < 0 else '+'} {number(abs(c))} {t}" for c, t in products]
+        (eq,) = parse("ET = " + "\n    ".join(terms).removeprefix("+ "))
+        header = _SO_HEADER if kind == "spin-orbital" else _HEADER
+    return header + f"\n# ET: {len(eq.terms)} terms\n" + (
         format_equation(eq, one_term_per_line=True, indent="    ") + "\n")
 
 
-@lru_cache(maxsize=2)
-def triples_equations(spin_orbital: bool = False):
-    """The packaged (T) energy equation (``ET``), closed-shell or spin-orbital, parsed once."""
+@lru_cache(maxsize=len(TRIPLES_FILES))
+def triples_equations(kind: str = "closed-shell"):
+    """The packaged (T) energy equation (``ET``) of ``kind``, parsed once."""
     text = resources.files("sequant_eval.chem").joinpath(
-        "data", TRIPLES_FILES[spin_orbital]).read_text(encoding="utf-8")
+        "data", TRIPLES_FILES[_kind(kind)]).read_text(encoding="utf-8")
     return tuple(parse(text))
 
 
@@ -234,11 +270,11 @@ class TriplesResult:
 
 
 def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
-                      spin_orbital: bool = False) -> Evaluator:
+                      kind: str = "closed-shell") -> Evaluator:
     """The (T) energy's evaluator at the extents of ``ints``: ``budget`` (bytes, text or a
     share, as everywhere) bounds it, the o³v³ triples batched to fit; without one,
     ``max_memory`` (MB, PySCF's) does once the unbatched evaluation would exceed it."""
-    eqs, extents = triples_equations(spin_orbital), dict(ints.extents)
+    eqs, extents = triples_equations(kind), dict(ints.extents)
     chosen = Budget.parse(budget)
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
@@ -248,31 +284,57 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     return Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
 
 
-def triples_tensors(ints: Any, t1: np.ndarray, t2: np.ndarray) -> dict[str, Any]:
+#: The amplitude blocks of each kind: name and the spaces of PySCF's layout
+#: (``t2ab[i, J, a, B]``); the evaluator reads each transposed, virtuals first.
+_AMPLITUDES = {
+    "closed-shell": (("t1", "ia"), ("t2", "iiaa")),
+    "spin-orbital": (("t1", "ia"), ("t2", "iiaa")),
+    "unrestricted": (("t1a", "ia"), ("t1b", "IA"), ("t2aa", "iiaa"), ("t2ab", "iIaA"),
+                     ("t2bb", "IIAA")),
+}
+_VIRTUALS_FIRST = {2: (1, 0), 4: (2, 3, 0, 1)}
+
+
+def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell") -> dict[str, Any]:
     """What the (T) energy reads: the integral blocks of ``ints``, the denominator made
-    from the Fock diagonal (canonical orbitals) and the amplitudes ``t1[i, a]``,
-    ``t2[i, j, a, b]`` (PySCF's layouts) as blocks."""
-    nocc, nvir = ints.nocc, ints.nvir
-    if np.shape(t1) != (nocc, nvir) or np.shape(t2) != (nocc, nocc, nvir, nvir):
-        raise ShapeMismatch(f"(T) needs t1 of shape {(nocc, nvir)} and t2 of shape "
-                            f"{(nocc, nocc, nvir, nvir)} (PySCF's layouts); got "
-                            f"{np.shape(t1)} and {np.shape(t2)}")
-    fock = {s: np.diag(np.asarray(ints.fock((s, s)))) for s in ("i", "a")}
-    return dict(ints.tensors(), D3=OrbitalDenominator(fock, occupied=("i",)),
-                t1={("a", "i"): np.ascontiguousarray(np.asarray(t1).T)},
-                t2={("a", "a", "i", "i"): np.ascontiguousarray(
-                    np.asarray(t2).transpose(2, 3, 0, 1))})
+    from the Fock diagonal (canonical orbitals) and the amplitudes in PySCF's layouts as
+    blocks: ``t1[i, a]``, ``t2[i, j, a, b]``, unrestricted ``t1 = (t1a, t1b)``, ``t2 =
+    (t2aa, t2ab, t2bb)`` with ``t2ab[i, J, a, B]`` (PySCF ``UCCSD``'s)."""
+    blocks = _AMPLITUDES[_kind(kind)]
+    given = (tuple(t1) + tuple(t2)) if kind == "unrestricted" else (t1, t2)
+    if len(given) != len(blocks):
+        raise ShapeMismatch(f"the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, "
+                            f"t2ab, t2bb), PySCF UCCSD's tuples; got {len(given)} arrays")
+    out = dict(ints.tensors())
+    spaces = sorted({s for _, layout in blocks for s in layout})
+    for (name, layout), value in zip(blocks, given):
+        shape = tuple(ints.extents[s] for s in layout)
+        if np.shape(value) != shape:
+            raise ShapeMismatch(f"(T) needs {name} of shape {shape} (PySCF's layout, "
+                                f"{name}[{', '.join(layout)}]); got {np.shape(value)}")
+        axes = _VIRTUALS_FIRST[len(layout)]
+        out[name] = {tuple(layout[k] for k in axes):
+                     np.ascontiguousarray(np.asarray(value).transpose(axes))}
+    energies = {s: np.diag(np.asarray(ints.fock((s, s)))) if hasattr(ints, "fock")
+                else ints.fock_diagonal(s) for s in spaces}
+    denominator = OrbitalDenominator(energies, occupied=[s for s in spaces if s in "iI"])
+    for name in {t.name for p in triples_equations(kind)[0].terms for t in p.factors}:
+        if name.startswith("D3"):
+            out[name] = denominator
+    return out
 
 
-def ccsd_t_energy(ints: Any, t1: np.ndarray, t2: np.ndarray, budget: Any = None,
+def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
                   max_memory: float | None = None, backend: str = "numpy",
-                  spin_orbital: bool = False) -> TriplesResult:
-    """E(T) of CCSD amplitudes ``t1[i, a]``, ``t2[i, j, a, b]`` (PySCF's layouts) with the
-    integral blocks ``ints`` (a :class:`~sequant_eval.chem.closed_shell.ClosedShellIntegrals`,
-    or with ``spin_orbital`` spin-orbital ones, ``g = <pq||rs>``), canonical orbitals,
-    under ``budget`` or ``max_memory`` (:func:`triples_evaluator`)."""
-    tensors = triples_tensors(ints, t1, t2)
-    ev = triples_evaluator(ints, budget, max_memory, spin_orbital)
+                  kind: str = "closed-shell") -> TriplesResult:
+    """E(T) of CCSD amplitudes ``t1``, ``t2`` in PySCF's layouts (:func:`triples_tensors`)
+    with the integral blocks ``ints`` of ``kind``: a
+    :class:`~sequant_eval.chem.closed_shell.ClosedShellIntegrals`, spin-orbital ones
+    (``g = <pq||rs>``) or :class:`~sequant_eval.chem.unrestricted_integrals.
+    UnrestrictedIntegrals`; canonical orbitals, under ``budget`` or ``max_memory``
+    (:func:`triples_evaluator`)."""
+    tensors = triples_tensors(ints, t1, t2, kind)
+    ev = triples_evaluator(ints, budget, max_memory, kind)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
     return TriplesResult(float(out["ET"]), report, meter,

@@ -56,6 +56,7 @@ class UCCSD(CoupledCluster):
 
     method = "CCSD"
     spin_orbital = False
+    triples = "unrestricted"
     label, orbital_kind = "unrestricted", "spatial orbitals (alpha, beta)"
     amplitudes = ("t1a", "t1b", "t2aa", "t2ab", "t2bb")
     disk_tensors = ("gaa", "gab", "gbb")

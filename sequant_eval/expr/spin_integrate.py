@@ -28,12 +28,16 @@ canonical form is the smallest spelling over renamings of its summed indices and
 symmetries of its blocks, with the sign that spelling carries — permutations of a block's
 α slots and of its β slots (bra and ket apart, signed); for the real symmetric operators
 named in ``real`` also the swap of bra and ket, and of the two indices of a column whose
-spin no other column shares (the real Coulomb symmetry of ``gab``).  A term that equals
+spin no other column shares (the real Coulomb symmetry of ``gab``).  A tensor named in
+``symmetric`` (an orbital-energy denominator ``D3{i,j,k;a,b,c}``) is symmetric, not
+antisymmetric, in its bra and in its ket: sorting its slots carries no sign, and its block
+``D3aab`` is the same function of the block's orbital energies.  A term that equals
 minus itself under these, and terms that cancel, are dropped.  The output therefore does
 not depend on term order, on dummy names or on whether mirror terms were spelled out.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
@@ -96,7 +100,7 @@ def spin_spaces(spaces: Collection[str],
 
 
 def spin_integrate(equations: Equation | Sequence[Equation], *,
-                   real: Collection[str] = ("f", "g"),
+                   real: Collection[str] = ("f", "g"), symmetric: Collection[str] = (),
                    spaces: Mapping[str, tuple[str, str]] | None = None) -> tuple[Equation, ...]:
     """Unrestricted (α/β spatial-orbital) equations from spin-orbital ones.
 
@@ -111,6 +115,10 @@ def spin_integrate(equations: Equation | Sequence[Equation], *,
         Names of tensors from real symmetric operators (the Fock matrix and the integrals
         over real orbitals): bra and ket may be swapped, and so may the two indices of a
         column whose spin is its block's only one of that spin.
+    symmetric
+        Names of tensors symmetric under permutations of their bra and of their ket (the
+        orbital-energy denominators of (T)); their bra and ket must hold the same spins
+        in every term that does not vanish otherwise (refused if not).
     spaces
         Spin-orbital space → (α space, β space); default ``i`` → (``i``, ``I``), ``a`` →
         (``a``, ``A``), any other lower-case space → (itself, its upper case).
@@ -127,11 +135,12 @@ def spin_integrate(equations: Equation | Sequence[Equation], *,
         equations = (equations,)
     out: list[Equation] = []
     for eq in equations:
-        out += spin_integrate_equation(eq, real=real, spaces=spaces)
+        out += spin_integrate_equation(eq, real=real, symmetric=symmetric, spaces=spaces)
     return tuple(out)
 
 
 def spin_integrate_equation(eq: Equation, *, real: Collection[str] = ("f", "g"),
+                            symmetric: Collection[str] = (),
                             spaces: Mapping[str, tuple[str, str]] | None = None
                             ) -> tuple[Equation, ...]:
     """The spin blocks of one equation (see :func:`spin_integrate`)."""
@@ -140,13 +149,14 @@ def spin_integrate_equation(eq: Equation, *, real: Collection[str] = ("f", "g"),
             _check_factor(t, f"{eq.name}, term '{product}'")
     table = spin_spaces(_spaces_of(eq), spaces)
     plain = [p for product in eq.terms for p in _expand_operators(product, eq.indices)]
+    rules = (frozenset(real), frozenset(symmetric))
     out = []
     for label, result in _result_blocks(eq, table):
         externals = tuple(label.values())
         folded: dict[tuple[_Factor, ...], Fraction] = {}
         for product in plain:
-            for coeff, factors in _integrated(product, label, table):
-                key, sign = _canonical_signed(factors, externals, frozenset(real))
+            for coeff, factors in _integrated(product, label, table, rules[1], eq.name):
+                key, sign = _canonical_signed(factors, externals, rules)
                 if sign:
                     folded[key] = folded.get(key, Fraction(0)) + coeff * sign
         terms = [(key, c) for key, c in folded.items() if c != 0]
@@ -163,7 +173,8 @@ def spin_integrate_equation(eq: Equation, *, real: Collection[str] = ("f", "g"),
 
 
 def canonical_spin_product(product: Product, externals: Sequence[Index] = (), *,
-                           real: Collection[str] = ("f", "g")) -> Product | None:
+                           real: Collection[str] = ("f", "g"),
+                           symmetric: Collection[str] = ()) -> Product | None:
     """The canonical spelling of an operator-free spin-integrated product (tensor names
     per block, :func:`spin_block_name`; the module doc's symmetries), its coefficient
     carrying the spelling's sign; None when the product is zero by those symmetries."""
@@ -171,7 +182,8 @@ def canonical_spin_product(product: Product, externals: Sequence[Index] = (), *,
         raise SpinIntegrationError(
             f"canonical_spin_product takes an operator-free product, got {product}")
     factors = [(t.name, t.bra, t.ket) for t in product.factors]
-    key, sign = _canonical_signed(factors, tuple(externals), frozenset(real))
+    key, sign = _canonical_signed(factors, tuple(externals),
+                                  (frozenset(real), frozenset(symmetric)))
     if not sign:
         return None
     return Product(product.coefficient * sign, tuple(Tensor(n, b, k) for n, b, k in key))
@@ -225,9 +237,11 @@ def _result_blocks(eq: Equation, table: dict[str, tuple[str, str]]
 
 
 def _integrated(product: Product, externals: dict[Index, Index],
-                table: dict[str, tuple[str, str]]) -> list[tuple[Fraction, list[_Factor]]]:
+                table: dict[str, tuple[str, str]], symmetric: frozenset[str] = frozenset(),
+                where: str = "") -> list[tuple[Fraction, list[_Factor]]]:
     """Block terms of one operator-free product with its result indices at ``externals``
-    (each summed index over both spins; assignments under which a factor vanishes left out)."""
+    (each summed index over both spins; assignments under which a factor vanishes left out;
+    sorting a ``symmetric`` tensor's slots carries no sign)."""
     labels = sorted({ix for t in product.factors for ix in t.slots} - set(externals))
     # summed labels are renumbered above every external one, so no two labels collide
     offset = 1 + max([ix.number or 0 for ix in labels] + [ix.number or 0 for ix in externals]
@@ -240,18 +254,26 @@ def _integrated(product: Product, externals: dict[Index, Index],
             lab = Index(table[ix.space][spin], offset + (ix.number or 0))
             name[ix] = lab
             spin_of[lab] = spin
-        sign, factors = 1, []
+        sign, factors, unbalanced = 1, [], None
         for t in product.factors:
             bra, ket = tuple(name[x] for x in t.bra), tuple(name[x] for x in t.ket)
             sb, sk = [spin_of[x] for x in bra], [spin_of[x] for x in ket]
             if sorted(sb) != sorted(sk):
-                break                                     # spin not conserved: zero
+                if t.name not in symmetric:
+                    break                                 # spin not conserved: zero
+                unbalanced = t
             pb = sorted(range(len(bra)), key=lambda c: sb[c])
             pk = sorted(range(len(ket)), key=lambda c: sk[c])
-            sign *= _parity(tuple(pb)) * _parity(tuple(pk))
+            if t.name not in symmetric:
+                sign *= _parity(tuple(pb)) * _parity(tuple(pk))
             factors.append((spin_block_name(t.name, sorted(sb)), tuple(bra[c] for c in pb),
                             tuple(ket[c] for c in pk)))
         else:
+            if unbalanced is not None:
+                raise SpinIntegrationError(
+                    f"{where}, term '{product}': the symmetric tensor {unbalanced} would hold "
+                    "different spins in its bra and its ket, which has no block here; only "
+                    "tensors whose other factors balance their spins are spin-integrated")
             out.append((product.coefficient * sign, factors))
     return out
 
@@ -270,18 +292,21 @@ def _block_of(name: str, n: int) -> tuple[str, int]:
     return base, tail.count("a")
 
 
-def _signed_spellings(f: _Factor, real: frozenset[str]) -> dict[_Factor, set[int]]:
+def _signed_spellings(f: _Factor, rules: tuple[frozenset[str], frozenset[str]]
+                      ) -> dict[_Factor, set[int]]:
     """Every spelling of a block factor that denotes the same array entry, with the signs it
     carries (two signs: the entry is zero)."""
     name, bra, ket = f
     n = len(bra)
+    real, symmetric = rules
     base, n_alpha = _block_of(name, n)
+    swap_sign = 1 if base in symmetric else -1
     groups = [list(range(n_alpha)), list(range(n_alpha, n))]
     moves = []                                         # generators: (apply, sign)
     for group in groups:
         for c, d in zip(group, group[1:]):
-            moves.append((lambda b, k, c=c, d=d: (_swap(b, c, d), k), -1))
-            moves.append((lambda b, k, c=c, d=d: (b, _swap(k, c, d)), -1))
+            moves.append((lambda b, k, c=c, d=d: (_swap(b, c, d), k), swap_sign))
+            moves.append((lambda b, k, c=c, d=d: (b, _swap(k, c, d)), swap_sign))
     if base in real:
         moves.append((lambda b, k: (k, b), 1))
         for group in groups:
@@ -303,6 +328,17 @@ def _signed_spellings(f: _Factor, real: frozenset[str]) -> dict[_Factor, set[int
     return seen
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _lowest_spelling(f: _Factor, rules: tuple[frozenset[str], frozenset[str]]
+                     ) -> tuple[_Factor, int]:
+    """The smallest spelling of ``f`` and its sign (0: the entry is zero); remembered, as
+    one canonicalization meets the same factor under many renamings."""
+    spellings = _signed_spellings(f, rules)
+    low = min(spellings, key=_factor_order)
+    signs = spellings[low]
+    return low, (next(iter(signs)) if len(signs) == 1 else 0)
+
+
 def _swap(t: tuple[Index, ...], c: int, d: int) -> tuple[Index, ...]:
     out = list(t)
     out[c], out[d] = out[d], out[c]
@@ -310,11 +346,11 @@ def _swap(t: tuple[Index, ...], c: int, d: int) -> tuple[Index, ...]:
 
 
 def _canonical_signed(factors: Sequence[_Factor], externals: tuple[Index, ...],
-                      real: frozenset[str]) -> tuple[tuple[_Factor, ...], int]:
+                      rules: tuple[frozenset[str], frozenset[str]]
+                      ) -> tuple[tuple[_Factor, ...], int]:
     """Smallest spelling over renamings of summed indices and block symmetries, and the sign
     it carries (0: the term is zero by those symmetries)."""
     dummies, targets, spaces = dummy_targets(factors, externals)
-    memo: dict[_Factor, tuple[_Factor, int]] = {}
     best: tuple[_Factor, ...] | None = None
     best_order: list | None = None
     best_signs: set[int] = set()
@@ -323,12 +359,7 @@ def _canonical_signed(factors: Sequence[_Factor], externals: tuple[Index, ...],
         spelled, sign = [], 1
         for name, bra, ket in factors:
             f = (name, tuple(rename.get(x, x) for x in bra), tuple(rename.get(x, x) for x in ket))
-            if f not in memo:
-                spellings = _signed_spellings(f, real)
-                low = min(spellings, key=_factor_order)
-                signs = spellings[low]
-                memo[f] = (low, signs.pop() if len(signs) == 1 else 0)
-            low, s = memo[f]
+            low, s = _lowest_spelling(f, rules)
             if not s:
                 return tuple(sorted((f for f in factors), key=_factor_order)), 0
             spelled.append(low)

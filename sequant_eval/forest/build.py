@@ -263,22 +263,31 @@ def _shared_prefixes(interner: _Interner, terms: Sequence[tuple]) -> list[list[t
     prefixes: list[list[tuple]] = [[] for _ in terms]
     cost = [_cost(interner, o, t[1], t[2], t[3]) for o, t in zip(ops, terms)]
     rejected: set[tuple] = set()
+    found: dict[tuple, dict[int, tuple[int, int]]] = {}     # key → term → its first pair
+    pairs: list[dict[tuple, tuple[int, int]]] = [{} for _ in terms]
+
+    def index(n: int) -> None:       # (re)compute term n's pair keys; only it changed
+        for key in pairs[n]:
+            del found[key][n]
+        o, t = ops[n], terms[n]
+        pairs[n] = {}
+        for p in range(len(o)):
+            for q in range(p + 1, len(o)):
+                rest = o[:p] + o[p + 1:q] + o[q + 1:]
+                keep = _needed(o[p], o[q], rest, t[2])
+                key = min(_contract_key(o[p], o[q], keep), _contract_key(o[q], o[p], keep))
+                pairs[n].setdefault(key, (p, q))
+        for key, pq in pairs[n].items():
+            found.setdefault(key, {})[n] = pq
+
+    for n in range(len(terms)):
+        index(n)
     while True:
-        found: dict[tuple, dict[int, tuple[int, int]]] = {}
-        for n, (o, t) in enumerate(zip(ops, terms)):
-            for p in range(len(o)):
-                for q in range(p + 1, len(o)):
-                    rest = o[:p] + o[p + 1:q] + o[q + 1:]
-                    keep = _needed(o[p], o[q], rest, t[2])
-                    key = min(_contract_key(o[p], o[q], keep), _contract_key(o[q], o[p], keep))
-                    if key not in rejected:
-                        found.setdefault(key, {}).setdefault(n, (p, q))
-        shared = sorted((k for k, where in found.items() if len(where) > 1),
-                        key=lambda k: (-len(found[k]), k))
+        shared = [k for k, where in found.items() if len(where) > 1 and k not in rejected]
         if not shared:
             return prefixes
-        key = shared[0]
-        takers = found[key]
+        key = min(shared, key=lambda k: (-len(found[k]), k))
+        takers = dict(found[key])
         merged = {}
         for n, (p, q) in takers.items():
             o, t = ops[n], terms[n]
@@ -306,6 +315,7 @@ def _shared_prefixes(interner: _Interner, terms: Sequence[tuple]) -> list[list[t
             prefixes[n].append((m[p], m[q]))
             made[n] = m[:p] + m[p + 1:q] + m[q + 1:] + [m[p] | m[q]]
             cost[n] = merged[n][1]
+            index(n)
 
 
 def _canonical_positions(occs: list[Occurrence], result: tuple[Index, ...]) -> list[int]:

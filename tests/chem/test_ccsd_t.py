@@ -107,11 +107,56 @@ def test_a_budget_below_the_smallest_is_refused_before_work():
         triples.ccsd_t_energy(ints, ref.t1, ref.t2[0])
 
 
-def test_unrestricted_ccsd_has_no_triples_yet():
-    mol = gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0)
-    mf = scf.UHF(mol).run()
-    with pytest.raises(se.UnsupportedFeature, match="spin_orbital=True"):
-        CCSD(mf).ccsd_t()
+HYDROXYL = "O 0 0 0; H 0 0 0.97"
+
+
+def _pyscf_uccsd(atom: str, basis: str, charge: int = 0, frozen=0, rohf: bool = False):
+    mol = gto.M(atom=atom, basis=basis, charge=charge, spin=1, verbose=0)
+    mf = (scf.ROHF if rohf else scf.UHF)(mol).run(conv_tol=1e-12)
+    ref = cc.UCCSD(mf, frozen=frozen).set(conv_tol=1e-10).run()
+    return mf, ref, ref.ccsd_t()
+
+
+@pytest.mark.parametrize("rohf", [False, True], ids=["UHF", "ROHF"])
+def test_unrestricted_triples_of_hydroxyl_equal_pyscfs_uccsd_t(rohf):
+    """OH/cc-pVDZ, at PySCF ``UCCSD``'s amplitudes: E(T) equals its ``ccsd_t()``
+    (``uccsd_t``) to 1e-9 Eh, on a UHF and on an ROHF (whose off-diagonal Fock blocks both
+    carry, the denominators reading the diagonals)."""
+    mf, ref, e_ref = _pyscf_uccsd(HYDROXYL, "cc-pvdz", rohf=rohf)
+    ours = CCSD(mf)
+    e_t = ours.ccsd_t(ref.t1, ref.t2)
+    assert abs(e_t - e_ref) < 1e-9, (e_t, e_ref)
+    assert ours.triples_result.meter.peak_bytes == ours.triples_result.report.peak_bytes
+
+
+def test_unrestricted_triples_of_the_water_cation_equal_pyscfs():
+    """(H2O)+/cc-pVDZ with the oxygen 1s frozen, then ``CCSD(mf).run().ccsd_t()``."""
+    mf, ref, e_ref = _pyscf_uccsd(WATER, "cc-pvdz", charge=1, frozen=1)
+    assert abs(CCSD(mf, frozen=1).ccsd_t(ref.t1, ref.t2) - e_ref) < 1e-9
+    with pytest.raises(se.ShapeMismatch, match="t1a, t1b"):
+        CCSD(mf, frozen=1).ccsd_t(ref.t1, ref.t2[:2])
+
+
+@pytest.mark.slow
+def test_batched_unrestricted_triples_equal_unbatched():
+    """OH/6-31G under a tenth of the unbatched peak: E(T) the unbatched one to 1e-12
+    relative, metered = predicted <= budget (slow: the batched fit takes ~15 s)."""
+    mf, ref, _ = _pyscf_uccsd(HYDROXYL, "6-31g")
+    whole = CCSD(mf)
+    e_whole = whole.ccsd_t(ref.t1, ref.t2)
+    small = CCSD(mf, budget="10%")
+    e_small = small.ccsd_t(ref.t1, ref.t2)
+    tr = small.triples_result
+    assert abs(e_small - e_whole) <= 1e-12 * abs(e_whole)
+    assert tr.report.loops and tr.meter.peak_bytes == tr.report.peak_bytes
+    assert tr.report.total_bytes <= tr.budget_bytes
+
+
+def test_ccsdt_has_no_triples_correction():
+    mol = gto.M(atom=WATER, basis="sto-3g", verbose=0)
+    from sequant_eval.chem import CCSDT
+    with pytest.raises(se.UnsupportedFeature, match="unrestricted"):
+        CCSDT(scf.RHF(mol).run()).ccsd_t()
 
 
 @pytest.mark.parametrize("spin", [0, 1], ids=["H2O/6-31G RHF", "OH/6-31G UHF"])
@@ -127,14 +172,17 @@ def test_spin_orbital_triples_equal_pyscfs_gccsd_t(spin):
     assert abs(ours.ccsd_t(ref.t1, ref.t2) - e_ref) < 1e-9
 
 
-@pytest.mark.parametrize("spin_orbital, terms", [(False, 232), (True, 63)])
-def test_the_packaged_files_are_their_regeneration(spin_orbital, terms):
-    text = triples.triples_text(spin_orbital)
+@pytest.mark.parametrize("kind, terms", [("closed-shell", 232), ("spin-orbital", 63),
+                                         ("unrestricted", 232)])
+def test_the_packaged_files_are_their_regeneration(kind, terms):
+    text = triples.triples_text(kind)
     packaged = (triples.resources.files("sequant_eval.chem") / "data" /
-                triples.TRIPLES_FILES[spin_orbital]).read_text(encoding="utf-8")
+                triples.TRIPLES_FILES[kind]).read_text(encoding="utf-8")
     assert packaged == text
-    (eq,) = triples.triples_equations(spin_orbital)
+    (eq,) = triples.triples_equations(kind)
     assert len(eq.terms) == terms
+    with pytest.raises(se.UnsupportedFeature, match="closed-shell, spin-orbital"):
+        triples.triples_text("restricted open-shell")
 
 
 def test_the_denominator_is_made_per_block():

@@ -145,8 +145,18 @@ def test_ccsd_t_prints_the_three_energies_and_the_triples_peak(tmp_path, capsys)
     assert abs(data["e_t"] - e_t) < 1e-9
 
 
-def test_ccsd_t_on_an_open_shell_is_refused_before_work(capsys):
-    assert main(["ccsd", "--method", "ccsd(t)", "--atom", "O 0 0 0; H 0 0 0.97",
-                 "--spin", "1", "--basis", "sto-3g"]) != 0
-    err = capsys.readouterr().err
-    assert "closed shell" in err and "--spin-orbital" in err
+def test_ccsd_t_of_an_open_shell_runs_the_unrestricted_triples(capsys):
+    """The issue's command: OH/cc-pVDZ doublet, per-iteration lines, then E(T) equal to
+    PySCF ``UCCSD(...).ccsd_t()`` on its own converged amplitudes."""
+    atom = "O 0 0 0; H 0 0 0.97"
+    assert main(["ccsd", "--atom", atom, "--spin", "1", "--basis", "cc-pvdz",
+                 "--method", "ccsd(t)", *TIGHT]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^cycle = 1  E_corr\(CCSD\) = ", text, re.M), text
+    m = re.search(r"E\(T\) = (-?\d\.\d+)", text)
+    assert m, text
+    mf = scf.UHF(gto.M(atom=atom, basis="cc-pvdz", spin=1, verbose=0)).run(conv_tol=1e-11)
+    ref = cc.UCCSD(mf)
+    ref.conv_tol, ref.conv_tol_normt = 1e-10, 1e-8
+    ref.kernel()
+    assert abs(float(m.group(1)) - ref.ccsd_t()) < 1e-9

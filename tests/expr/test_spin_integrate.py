@@ -186,3 +186,44 @@ def test_integrated_ccsdt_equals_spin_blocks_of_spin_orbital_ccsdt():
     for name, want in ref.items():
         assert np.abs(want).max() > 1e-2, name
         assert np.abs(np.asarray(got[name]) - want).max() <= 1e-12 * np.abs(want).max(), name
+
+
+def test_a_symmetric_tensor_takes_no_sorting_sign():
+    """``1/4 Σ t_ij^ab D_ij^ab t_ij^ab`` with ``D`` symmetric: the four mixed assignments
+    of (i j a b) each give ``t2ab · D2ab · t2ab`` with sign + (the two t2 signs cancel, D
+    has none): 4 · 1/4 = 1; read as antisymmetric the D signs would cancel them in pairs."""
+    text = "E = 1/4 t2{a_1,a_2;i_1,i_2} * D2{i_1,i_2;a_1,a_2} * t2{a_1,a_2;i_1,i_2}"
+    assert _integrated(text, symmetric=("D2",)) == [
+        "E = 1/4 D2aa{i_1,i_2;a_1,a_2} * t2aa{a_1,a_2;i_1,i_2} * t2aa{a_1,a_2;i_1,i_2} "
+        "+ D2ab{i_1,I_1;a_1,A_1} * t2ab{a_1,A_1;i_1,I_1} * t2ab{a_1,A_1;i_1,I_1} "
+        "+ 1/4 D2bb{I_1,I_2;A_1,A_2} * t2bb{A_1,A_2;I_1,I_2} * t2bb{A_1,A_2;I_1,I_2}"]
+    with pytest.raises(SpinIntegrationError, match="symmetric tensor D1"):
+        spin_integrate(se.parse("E = D1{i_1;a_1}"), symmetric=("D1",))   # i α, a β
+
+
+def test_integrated_triples_energy_equals_the_spin_orbital_one():
+    """The packaged unrestricted (T) file (the spin integration of ``ccsd_t_so.txt``)
+    evaluated on α/β blocks equals the spin-orbital (T) energy evaluated on spin-orbital
+    arrays assembled from the same blocks, the denominator made from random orbital
+    energies per spin (plain NumPy in the spin-orbital case)."""
+    from sequant_eval.chem.denominators import OrbitalDenominator
+    from sequant_eval.chem.triples import triples_equations
+
+    u = random_unrestricted(6, nao=6, no=(3, 2))
+    rng = np.random.default_rng(2)
+    e = {s: rng.random(n) - (2 if s in "iI" else -1) for s, n in u.extents.items()}
+    occ, vir = u.positions()
+    eo, ev = np.zeros(sum(u.no)), np.zeros(sum(u.nv))
+    for s, (o, v) in enumerate((("i", "a"), ("I", "A"))):
+        eo[occ[s]], ev[vir[s]] = e[o], e[v]
+    d3 = 1 / (eo[:, None, None, None, None, None] + eo[None, :, None, None, None, None]
+              + eo[None, None, :, None, None, None] - ev[None, None, None, :, None, None]
+              - ev[None, None, None, None, :, None] - ev[None, None, None, None, None, :])
+    tensors, extents = u.spin_orbital_tensors()
+    tensors["D3"] = {("i",) * 3 + ("a",) * 3: d3}
+    want = float(se.evaluate(triples_equations("spin-orbital"), tensors, extents)["ET"])
+    blocks = u.tensors()
+    denominator = OrbitalDenominator(e, occupied=("i", "I"))
+    blocks.update({f"D3{x}": denominator for x in ("aaa", "aab", "abb", "bbb")})
+    got = float(se.evaluate(triples_equations("unrestricted"), blocks, u.extents)["ET"])
+    assert abs(got - want) <= 1e-12 * abs(want) and abs(want) > 1e-8
