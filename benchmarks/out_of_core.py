@@ -58,8 +58,6 @@ H  -0.961951  -1.664582  -0.919139"""
 
 
 def run_trimer(args: argparse.Namespace) -> dict:
-    import numpy as np  # noqa: F401
-    import h5py  # noqa: F401
     from pyscf import cc as pyscf_cc, gto, scf
 
     from sequant_eval.chem import CCSD
@@ -78,7 +76,6 @@ def run_trimer(args: argparse.Namespace) -> dict:
     watch = RSSWatch.start()
     baseline = watch.baseline
     peaks: list[int] = []
-    last = [time.perf_counter()]
 
     def line(rec, seconds, peak):
         peaks.append(int(peak))

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """The (T) step alone: ours (chem/triples.py) beside PySCF's ``ccsd_t.kernel``.
 
-    python benchmarks/triples.py [--systems water,dimer] [--rounds 3]
+    python benchmarks/triples.py [--systems water,dimer,oh,cation] [--rounds 3]
                                  [--budgets none,10%] [--json F]
 
-Systems: closed_shell.py's water and water dimer, cc-pVDZ, all electrons correlated
-(the trimer's unbatched (T) holds ~5 o³v³ arrays, 25 GB: not run here). A prep process
-runs the RHF and PySCF's CCSD once per system and stores the amplitudes; every timed
-call is a fresh worker process (so each peak RSS is its own) that runs the RHF again,
-loads the amplitudes and times the (T) step only:
+Systems, cc-pVDZ, all electrons correlated: closed_shell.py's water and water dimer
+(RHF; the trimer's unbatched (T) holds ~5 o³v³ arrays, 25 GB: not run here), and the
+doublets OH and (H2O)+ (UHF, the unrestricted (T)). A prep process runs the SCF and
+PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; every
+timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
+again, loads the amplitudes and times the (T) step only:
 
-  ours     ccsd_t_energy(ints, t1, t2, budget): the 288-product energy on the evaluator
-           (sub-products shared), first call (planning included) and a second call in
-           the same process (the fit remembered), the integrals transformed before the
-           clock starts
-  pyscf    pyscf.cc.ccsd_t.kernel(mycc, eris, t1, t2) (C with OpenMP, a >= b >= c), the
+  ours     ccsd_t_energy(ints, t1, t2, budget, kind): the packaged energy on the
+           evaluator (288 closed-shell or 232 unrestricted products, sub-products
+           shared), first call (planning included) and a second call in the same
+           process (the fit remembered), the integrals transformed before the clock
+  pyscf    pyscf.cc.ccsd_t.kernel (C with OpenMP, a >= b >= c) for an RHF,
+           pyscf.cc.uccsd_t.kernel (NumPy einsum over the α/β blocks) for a UHF, the
            ERIs transformed before the clock starts
 
 Rounds are interleaved (each round calls every code once, the order rotated); medians
@@ -35,8 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from closed_shell import SYSTEMS as WATERS  # noqa: E402
 
-SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"]}
-LABELS = {"water": "H2O", "dimer": "(H2O)2"}
+SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"], "oh": "O 0 0 0; H 0 0 0.97",
+           "cation": WATERS["h2o"]}
+LABELS = {"water": "H2O", "dimer": "(H2O)2", "oh": "OH", "cation": "(H2O)+"}
+#: Charge and 2S of the doublets (UHF references; the rest are RHF singlets).
+DOUBLETS = {"oh": (0, 1), "cation": (1, 1)}
 
 
 def _mf(system: str, amps=None):
@@ -44,12 +49,20 @@ def _mf(system: str, amps=None):
     every worker reads the amplitudes in the orbitals (and phases) they were made in."""
     from pyscf import gto, scf
 
-    mol = gto.M(atom=SYSTEMS[system], basis="cc-pvdz", verbose=0)
-    mf = scf.RHF(mol).run(conv_tol=1e-11)
+    charge, spin = DOUBLETS.get(system, (0, 0))
+    mol = gto.M(atom=SYSTEMS[system], basis="cc-pvdz", charge=charge, spin=spin, verbose=0)
+    mf = (scf.UHF if spin else scf.RHF)(mol).run(conv_tol=1e-11)
     if amps is not None:
         mf.mo_coeff, mf.mo_energy, mf.mo_occ = (amps["mo_coeff"], amps["mo_energy"],
                                                 amps["mo_occ"])
     return mf
+
+
+def _amplitudes(system: str, amps):
+    """``t1, t2`` as PySCF's method holds them (tuples of spin blocks for a doublet)."""
+    if system not in DOUBLETS:
+        return amps["t1"], amps["t2"]
+    return ((amps["t1a"], amps["t1b"]), (amps["t2aa"], amps["t2ab"], amps["t2bb"]))
 
 
 def _prep(system: str, path: str) -> None:
@@ -57,9 +70,14 @@ def _prep(system: str, path: str) -> None:
     from pyscf import cc
 
     mf = _mf(system)
-    mycc = cc.CCSD(mf).run(conv_tol=1e-9)
-    np.savez(path, t1=mycc.t1, t2=mycc.t2, mo_coeff=mf.mo_coeff, mo_energy=mf.mo_energy,
-             mo_occ=mf.mo_occ)
+    if system in DOUBLETS:
+        mycc = cc.UCCSD(mf).run(conv_tol=1e-9)
+        (t1a, t1b), (t2aa, t2ab, t2bb) = mycc.t1, mycc.t2
+        amps = {"t1a": t1a, "t1b": t1b, "t2aa": t2aa, "t2ab": t2ab, "t2bb": t2bb}
+    else:
+        mycc = cc.CCSD(mf).run(conv_tol=1e-9)
+        amps = {"t1": mycc.t1, "t2": mycc.t2}
+    np.savez(path, mo_coeff=mf.mo_coeff, mo_energy=mf.mo_energy, mo_occ=mf.mo_occ, **amps)
 
 
 def _worker(code: str, system: str, budget: str, path: str) -> dict:
@@ -68,32 +86,38 @@ def _worker(code: str, system: str, budget: str, path: str) -> dict:
     from sequant_eval.chem.process_memory import RSSWatch
 
     amps = np.load(path)
-    t1, t2 = amps["t1"], amps["t2"]
+    t1, t2 = _amplitudes(system, amps)
     mf = _mf(system, amps)
     if code == "pyscf":
         from pyscf import cc
-        from pyscf.cc import ccsd_t
+        from pyscf.cc import ccsd_t, uccsd_t
 
-        mycc = cc.CCSD(mf)
+        mycc = cc.UCCSD(mf) if system in DOUBLETS else cc.CCSD(mf)
         eris = mycc.ao2mo()
+        kernel = uccsd_t.kernel if system in DOUBLETS else ccsd_t.kernel
         rss = RSSWatch.start()
         t0 = time.perf_counter()
-        e_t = ccsd_t.kernel(mycc, eris, t1, t2, verbose=0)
+        e_t = kernel(mycc, eris, t1, t2, verbose=0)
         return {"seconds": time.perf_counter() - t0, "e_t": float(e_t),
                 "rss_growth": rss.growth()}
     from sequant_eval.chem.closed_shell import ClosedShellIntegrals
-    from sequant_eval.chem.triples import ccsd_t_energy
+    from sequant_eval.chem.triples import ccsd_t_energy, triples_equations
+    from sequant_eval.chem.unrestricted_integrals import UnrestrictedIntegrals
 
-    ints = ClosedShellIntegrals.from_scf(mf)
-    for spaces in (("i", "a", "a", "a"), ("i", "i", "a", "i"), ("i", "i", "a", "a")):
-        ints.eri(spaces)                               # transformed before the clock
+    kind = "unrestricted" if system in DOUBLETS else "closed-shell"
+    ints = (UnrestrictedIntegrals if system in DOUBLETS else ClosedShellIntegrals).from_scf(mf)
+    provide = ints.tensors()
+    for name, spaces in sorted({(t.name, tuple(s.space for s in t.slots))
+                                for p in triples_equations(kind)[0].terms
+                                for t in p.factors if t.name in provide}):
+        provide[name](spaces)                          # transformed before the clock
     spec = None if budget == "none" else budget
     rss = RSSWatch.start()
     t0 = time.perf_counter()
-    first = ccsd_t_energy(ints, t1, t2, budget=spec)
+    first = ccsd_t_energy(ints, t1, t2, budget=spec, kind=kind)
     t1_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    again = ccsd_t_energy(ints, t1, t2, budget=spec)
+    again = ccsd_t_energy(ints, t1, t2, budget=spec, kind=kind)
     return {"seconds": t1_s, "second": time.perf_counter() - t0, "e_t": again.e_t,
             "rss_growth": rss.growth(), "predicted": first.report.total_bytes,
             "metered": first.meter.peak_bytes + first.report.program_bytes,
