@@ -4,8 +4,8 @@ each other, directly or round a circle.
 
 The order, bottom to top: ``expr`` < ``forest`` < ``plan`` < ``schedule`` < ``runtime``
 (the CPU core) < ``runtime.gpu`` and ``runtime.cluster`` (side by side: neither imports the
-other) < ``report`` < ``staged`` (equations read in stages; its per-stage evaluator is
-handed in) < ``api`` (with the package's ``__init__``) < ``chem`` < ``cli``.
+other) < ``report`` < ``api`` (the ``Evaluator``, its stage-by-stage form ``api.staged``, and
+the package's ``__init__``) < ``chem`` < ``cli``.
 Bottom helpers (``errors``, ``units``, ``budget``, ``checkout``, ``memo``) may be imported from
 anywhere and import only each other.
 
@@ -24,7 +24,7 @@ import sequant_eval
 
 PACKAGE = Path(sequant_eval.__file__).resolve().parent
 ORDER = [{"expr"}, {"forest"}, {"plan"}, {"schedule"}, {"runtime"},
-         {"runtime.gpu", "runtime.cluster"}, {"report"}, {"staged"}, {"api"}, {"chem"},
+         {"runtime.gpu", "runtime.cluster"}, {"report"}, {"api"}, {"chem"},
          {"cli"}]
 PARTS = set().union(*ORDER)
 BOTTOM = {"errors", "units", "budget", "checkout", "memo"}

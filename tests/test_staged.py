@@ -1,4 +1,4 @@
-"""Stage-by-stage evaluation (sequant_eval.staged): equations that read other equations'
+"""Stage-by-stage evaluation (sequant_eval.api.staged): equations that read other equations'
 results. Oracles: np.einsum written here; the plain (unfactored) closed-shell CCSD
 equations evaluated in one program; tracemalloc for what the process allocates."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sequant_eval.errors import ExpressionError, InfeasibleBudget
 from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
-from sequant_eval.staged import equation_stages, StagedEvaluator as _Staged
+from sequant_eval.api.staged import equation_stages, StagedEvaluator as _Staged
 
 
 def StagedEvaluator(*args, **kw):

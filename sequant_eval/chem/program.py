@@ -1,7 +1,7 @@
 """A CC method's residual as one compiled program under the method's memory limit.
 
 The program is the evaluator of the method's equations: staged with intermediates
-(:class:`~sequant_eval.staged.StagedEvaluator`, when the method has factored equations) or
+(:class:`~sequant_eval.api.staged.StagedEvaluator`, when the method has factored equations) or
 plain (one :class:`~sequant_eval.Evaluator`). What bounds it (:class:`MemoryLimit`): the
 method's ``budget`` when one is given; otherwise PySCF's ``max_memory``, and only when the
 unbatched residual does not fit in it (then it is batched within it). Out of core, what
@@ -18,7 +18,7 @@ from ..api import Evaluator, Report, min_budget
 from ..budget import Budget
 from ..errors import InfeasibleBudget, UsageError
 from ..plan import BatchPolicy
-from ..staged import StagedEvaluator
+from ..api.staged import StagedEvaluator
 from ..units import format_bytes
 
 __all__ = ["MemoryLimit", "ResidualProgram", "VOLATILE"]

@@ -6,7 +6,7 @@ in-package from the spin-orbital derivation), with Coulomb/exchange pairs folded
 and evaluated with intermediates (:func:`~sequant_eval.expr.factor.factor_common`: terms
 ending in the same factor read the same way are summed before that factor is contracted;
 at (H2O)3/cc-pVDZ extents 15 distinct o³v³ contractions become 8, 29.7 GFLOP 16.4) stage
-by stage (:class:`~sequant_eval.staged.StagedEvaluator`), the budget bounding both stages
+by stage (:class:`~sequant_eval.api.staged.StagedEvaluator`), the budget bounding both stages
 with what is held. ``intermediates=False`` evaluates the plain equations in one program;
 the default drops the intermediates when a budget cannot hold them, and out of core (a
 few o²v² arrays held between stages would defeat the lean solver). ``t2`` is the αβ

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SequantEvalError
-from ..staged import StagedReport
+from ..api.staged import StagedReport
 from ..units import format_bytes, format_flops
 from .molecules import chemical_formula
 

@@ -26,7 +26,7 @@ image); nothing is assumed, so an undeclared symmetry only costs merges, while a
 declared one gives wrong equations.
 
 The result is the intermediate equations, each before its first reader, then the given
-equations rewritten; equations read earlier results by name (see :mod:`sequant_eval.staged`).
+equations rewritten; equations read earlier results by name (see :mod:`sequant_eval.api.staged`).
 """
 from __future__ import annotations
 

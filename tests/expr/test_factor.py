@@ -1,7 +1,7 @@
 """Common-factor extraction (sequant_eval.expr.factor): by hand on small equations, and
 numerically on closed-shell CCSD. Oracles: the hand-written factored text; the unfactored
 equations evaluated on the same random tensors (the factored ones staged, through
-sequant_eval.staged); for the flop count, PySCF's RCCSD, whose ring part is four o³v³
+sequant_eval.api.staged); for the flop count, PySCF's RCCSD, whose ring part is four o³v³
 contractions of t2 with its intermediates (rccsd.update_amps)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.chem.pyscf_ccsd import CLOSED_SHELL_SYMMETRIES
 from sequant_eval.expr.factor import factor_common
 from sequant_eval.forest.values import ValueKind
-from sequant_eval.staged import StagedEvaluator as _Staged
+from sequant_eval.api.staged import StagedEvaluator as _Staged
 
 
 def StagedEvaluator(*args, **kw):

@@ -17,16 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
-from .errors import ExpressionError, InfeasibleBudget
-from .expr import Equation, check_extents
-from .expr.stages import as_equations, equation_stages
-from .expr.index import mode_space
-from .forest.build import mode_extent
-from .plan import BatchPolicy
-from .budget import Budget
-from .report.memory import LiveForm, MemoryReport
-from .runtime import Meter
-from .units import format_bytes
+from ..errors import ExpressionError, InfeasibleBudget
+from ..expr import Equation, check_extents
+from ..expr.stages import as_equations, equation_stages
+from ..expr.index import mode_space
+from ..forest.build import mode_extent
+from ..plan import BatchPolicy
+from ..budget import Budget
+from ..report.memory import LiveForm, MemoryReport
+from ..runtime import Meter
+from ..units import format_bytes
 
 __all__ = ["StagedEvaluator", "StagedReport", "equation_stages"]
 

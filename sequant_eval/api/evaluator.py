@@ -1,25 +1,27 @@
-"""The public entry points: ``parse``, ``evaluate``, ``analyze`` and the reusable ``Evaluator``."""
+"""The ``Evaluator`` and the one-call ``evaluate``, ``analyze``, ``min_budget``: equations to
+results and a memory report, through the pipeline below."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
-from .errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
+from ..errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
                      SinkError, UnsupportedFeature)
-from .expr import Equation, check_extents
-from .expr.stages import as_equations as _as_equations, equation_stages
-from .forest import Forest, build_forest
-from .plan import BatchPlan, BatchPolicy, Loop, plan_forest
-from .budget import Budget
-from .expr.printer import to_text
-from .memo import remembered
-from .plan.regime import Regime
-from .runtime import TensorSource
-from .runtime.fingerprint import fingerprint
-from .schedule import ScheduleAnalysis, analyze_schedule
-from .schedule.analysis import term_peak
-from .schedule.budget import fit_forest, minimum_budget
+from ..expr import Equation, check_extents
+from ..expr.stages import as_equations as _as_equations, equation_stages
+from ..forest import Forest, build_forest
+from ..plan import BatchPlan, BatchPolicy, Loop, plan_forest
+from ..budget import Budget
+from ..expr.printer import to_text
+from ..memo import remembered
+from ..plan.regime import Regime
+from ..runtime import TensorSource
+from ..runtime.fingerprint import fingerprint
+from ..schedule import ScheduleAnalysis, analyze_schedule
+from ..schedule.analysis import term_peak
+from ..schedule.budget import fit_forest, minimum_budget
+from .staged import StagedEvaluator
 
 __all__ = ["Evaluator", "Report", "evaluate", "analyze", "min_budget", "resolve_policy"]
 
@@ -73,7 +75,7 @@ class Report:
 
     def memory(self, title: str = ""):
         """The peak-memory report (text, JSON, plot) of a planned dry run."""
-        from .report.memory import memory_report
+        from ..report.memory import memory_report
 
         budget = self.schedule.plan.policy.budget_bytes + self.program_bytes
         return memory_report(self.schedule, self.unbatched_flops, title,
@@ -87,7 +89,7 @@ class Report:
     def dump(self) -> str:
         """Stable text: peak and binding point, flops and recompute overhead, the loops and
         what is live at the peak (then the cluster plan, if any)."""
-        from .units import format_bytes, format_flops
+        from ..units import format_bytes, format_flops
 
         lines = [f"peak {format_bytes(self.peak_bytes)} ({self.peak_bytes} B) at point "
                  f"{self.binding_point}",
@@ -114,7 +116,7 @@ class Evaluator:
     """Equations compiled once for given extents; evaluate many times (e.g. CC iterations).
 
     Equations that read other equations' results (``expr.factor.factor_common`` writes
-    such intermediates) are evaluated in stages (``staged.py``): each stage one fused
+    such intermediates) are evaluated in stages (``api/staged.py``): each stage one fused
     program, the results a later stage reads held between them, the budget bounding every
     stage plus what is held across it; ``analyze`` then reports the stages (``stages``).
 
@@ -175,8 +177,6 @@ class Evaluator:
         self._budgets: dict[int, float] = {}       # element size → the budget in bytes
 
     def _stage(self, extents, budget, policy, persist, volatile) -> None:
-        from .staged import StagedEvaluator
-
         if isinstance(extents, Regime):
             raise UnsupportedFeature("equations evaluated in stages take plain extents "
                                      "(space -> int), not a Regime")
@@ -216,7 +216,7 @@ class Evaluator:
         sinks = sinks or (self.policy.sinks if self.policy is not None else ())
         key = (self._itemsize, sinks)
         if key not in self._programs:
-            from .runtime.compiled import Compiled
+            from ..runtime.compiled import Compiled
 
             policy = replace(self.policy or BatchPolicy(), itemsize=self._itemsize)
             if sinks:
@@ -356,7 +356,7 @@ class Evaluator:
         or on the host and a GPU (cupy; auto where a GPU is present) through the GPU layer,
         which only such a run imports."""
         if backend in ("cupy", "auto"):
-            from .runtime.gpu import Placed, gpu_available
+            from ..runtime.gpu import Placed, gpu_available
 
             if backend == "cupy" or gpu_available():
                 if program not in self._placed:
@@ -367,7 +367,7 @@ class Evaluator:
 
     def _sinks(self, out, dtype) -> dict:
         """``out`` checked against the results and made into sinks (before any work)."""
-        from .runtime.sinks import make_sink
+        from ..runtime.sinks import make_sink
 
         if out is None:
             return {}
@@ -386,8 +386,8 @@ class Evaluator:
         return sinks
 
     def _evaluate_on(self, client, tensors, backend: str, return_meter: bool, trace: bool):
-        from .report.progress import Progress
-        from .runtime.cluster.run import cluster_shape, run_on_cluster
+        from ..report.progress import Progress
+        from ..runtime.cluster.run import cluster_shape, run_on_cluster
 
         cluster_shape(client)                 # refuses a missing dask or a wrong client
         if backend != "numpy":
@@ -413,7 +413,7 @@ class Evaluator:
 
     def _partition(self):
         """The fitted schedule cut into client work and per-batch tasks (made once)."""
-        from .runtime.cluster.partition import partition_schedule
+        from ..runtime.cluster.partition import partition_schedule
 
         if self._itemsize not in self._partitions:
             self._partitions[self._itemsize] = partition_schedule(self.batched.analysis)
@@ -441,7 +441,7 @@ class Evaluator:
                                          "equations run in stages: analyze without workers")
             return self._staged.analyze()
         if client is not None:
-            from .runtime.cluster.run import cluster_shape
+            from ..runtime.cluster.run import cluster_shape
 
             workers, threads_per_worker = cluster_shape(client)
         a = self.batched.analysis
@@ -454,7 +454,7 @@ class Evaluator:
             unbatched = self._unbatched_flops
         cluster = None
         if workers is not None:
-            from .runtime.cluster.plan import plan_cluster
+            from ..runtime.cluster.plan import plan_cluster
 
             if int(workers) < 1 or int(threads_per_worker) < 1:
                 raise DistributedError(f"workers and threads_per_worker must be at least 1, "
@@ -484,8 +484,8 @@ def _unbatched(forest: Forest, regime: Regime, itemsize: int):
 
 def _reserve(forest: Forest, regime: Regime, itemsize: int) -> int:
     """The program reserve of ``forest`` (``reserve_bound`` of its unbatched program)."""
-    from .runtime.lower import lower_program
-    from .runtime.program import reserve_bound
+    from ..runtime.lower import lower_program
+    from ..runtime.program import reserve_bound
 
     a = _unbatched(forest, regime, itemsize)
     memo = _UNBATCHED[(id(forest), tuple(sorted(regime.extents.items())),
@@ -498,7 +498,7 @@ def _reserve(forest: Forest, regime: Regime, itemsize: int) -> int:
 def _with_reserve(err: InfeasibleBudget, budget: float, reserve: int) -> InfeasibleBudget:
     """``err`` (raised for the arrays' share of the budget) restated for the whole budget:
     its minimum plus the program's reserve."""
-    from .units import format_bytes
+    from ..units import format_bytes
 
     share = (f"of the budget {format_bytes(budget)} ({int(budget)} B), {format_bytes(reserve)} "
              f"({reserve} B) is the program itself (ops, executor tables, kernel plans), "
