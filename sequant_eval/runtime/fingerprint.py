@@ -9,7 +9,7 @@ from math import prod
 
 import numpy as np
 
-from .sources import MemmapBacking, file_backing
+from .backing import MemmapBacking, file_backing
 
 __all__ = ["fingerprint", "EXACT_DIGEST_BYTES", "SAMPLE_SLABS", "SAMPLE_SLAB_BYTES"]
 

@@ -35,7 +35,9 @@ from importlib import import_module
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import InfeasibleBudget, ParseError, SequantEvalError, StorageError, UsageError
+from ..errors import InfeasibleBudget, SequantEvalError, StorageError, UsageError
+from .inputs import (_assignments, _flag_budget, _frozen, _output, _policy,
+                     _read_equations, _regime, _write)
 
 __all__ = ["main", "EXIT_CODES"]
 
@@ -53,158 +55,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _read_text(path: str) -> str:
-    """A FILE argument as text; a missing, directory or non-UTF-8 file is a UsageError."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{path}: no such file")
-    if p.is_dir():
-        raise UsageError(f"{path}: is a directory; give the equation files in it "
-                         f"(e.g. {Path(path) / '*.txt'})")
-    try:
-        data = p.read_bytes()
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from err
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-                         f"{err.start}); save the file as UTF-8") from err
-
-
-def _read_equations(files: Sequence[str]) -> list:
-    """Parse every file (bare expressions named after the file); errors name the file."""
-    from .expr import check_unique_results, parse
-
-    eqs, origins = [], []
-    for path in files:
-        text = _read_text(path)
-        try:
-            parsed = parse(text, default_name=Path(path).stem)
-        except ParseError as err:
-            raise UsageError(f"{path}: {str(err).splitlines()[0]}") from err
-        eqs += parsed
-        origins += [path] * len(parsed)
-    check_unique_results(eqs, origins)
-    return eqs
-
-
-def _regime(path: str):
-    """A size regime JSON file, checked: an object with ``extents`` of positive integers."""
-    from .plan.regime import Regime
-
-    text = _read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column "
-                         f"{err.colno})") from err
-    if not isinstance(data, dict) or not isinstance(data.get("extents"), dict):
-        raise UsageError(f"{path}: a regime is a JSON object with \"extents\": "
-                         f"{{\"i\": 80, \"a\": 896, ...}} (see data/water20/regime.json)")
-    extents = {}
-    for space, n in data["extents"].items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UsageError(f"{path}: extent of space {space!r} must be a positive integer, "
-                             f"got {n!r}")
-        extents[space] = n
-    means = data.get("power_means", {})
-    try:
-        moments = {int(k): tuple(float(x) for x in v) for k, v in means.items()}
-    except (AttributeError, TypeError, ValueError) as err:
-        raise UsageError(f"{path}: \"power_means\" maps a proto count to a list of numbers, "
-                         f"e.g. {{\"2\": [1.0, 23.2, 25.9]}}") from err
-    name = data.get("name", Path(path).stem)
-    return Regime(extents, moments, name if isinstance(name, str) else Path(path).stem)
-
-
-def _output(path: str | None, flag: str) -> None:
-    """Refuse, before any work, an output path whose folder does not exist."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise UsageError(f"{flag} {path}: folder {p.parent} does not exist; create it first")
-
-
-def _write(path: str, flag: str, text: str) -> None:
-    """Write an output file; a failure (disk full, read-only folder) is a StorageError."""
-    from .chem.files import storage_error
-
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise storage_error(f"{flag}", path, err) from err
-
-
-def _flag_budget(text: str | None, flag: str = "--budget"):
-    """A budget flag read once (:class:`~sequant_eval.budget.Budget`); a bad one is the
-    same BudgetError the API raises, its message led by the flag."""
-    from .budget import Budget
-    from .errors import BudgetError
-
-    try:
-        return Budget.parse(text)
-    except BudgetError as err:
-        raise BudgetError(f"{flag}: {err}", err.value) from None
-
-
-def _budget(text: str | None, eqs, extents, program: bool = True):
-    """``--budget``: bytes, or a share such as 25% of the unbatched peak of these equations
-    (plus the program's reserve unless ``program`` is off, as ``Evaluator`` reads it)."""
-    from .api import Evaluator
-
-    budget = _flag_budget(text)
-    if budget.unlimited:
-        return None
-    if budget.share is not None:
-        ev = Evaluator(eqs, extents)
-        return budget.bytes_for(ev.analyze().peak_bytes, ev.program_reserve() if program else 0)
-    return budget.fixed
-
-
-def _policy(args: argparse.Namespace, eqs, extents):
-    """The batch policy of ``--budget --contracted --external --block`` (None: unbatched)."""
-    from .plan import BatchPolicy
-
-    contracted, external = _spaces(args.contracted), _spaces(args.external)
-    block = _assignments(_spaces(args.block), "--block")
-    if args.budget is None and not (contracted or external or block):
-        return None
-    known = getattr(extents, "extents", extents)
-    if not contracted and not external:
-        contracted = external = tuple(s for s in known if "<" not in s)
-    program = not getattr(args, "arrays_only", False)
-    policy = BatchPolicy(budget=None, contracted=contracted, external=external, block=block,
-                         program=program)
-    policy.check(extents)
-    return replace(policy, budget=_budget(args.budget, eqs, extents, program))
-
-
-def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
-    """``["i=10", "a=38"]`` → ``{"i": 10, "a": 38}``; anything else names the flag."""
-    out: dict[str, int] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        value = value.strip()
-        if not sep or not name.strip() or not (value.isascii() and value.isdigit()) or (
-                int(value) < 1):
-            raise UsageError(f"{flag} expects SPACE=N with N a positive integer, got {item!r}")
-        out[name.strip()] = int(value)
-    return out
-
-
-def _frozen(text: str):
-    """``--frozen N`` (the N lowest orbitals) or ``--frozen 0,1,5`` (those orbitals)."""
-    items = [x.strip() for x in text.split(",")]
-    if not all(x.isascii() and x.isdigit() for x in items):
-        raise UsageError(f"--frozen expects N or a list of orbital indices such as 0,1; got "
-                         f"{text!r}")
-    return int(items[0]) if len(items) == 1 and "," not in text else [int(x) for x in items]
 
 
 def _check_ccsd_flags(args: argparse.Namespace) -> None:
@@ -243,7 +93,7 @@ def _log_to_stdout():
 
 def _method(args: argparse.Namespace, mf):
     """The CC method object the ``ccsd`` flags ask for."""
-    from .chem import CCSD, CCSDT
+    from ..chem import CCSD, CCSDT
 
     options = dict(frozen=_frozen(args.frozen), budget=_flag_budget(args.budget),
                    backend=args.backend, conv_tol=args.conv_tol,
@@ -264,9 +114,9 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
     CCSD equations for a closed-shell RHF, unrestricted ones for an open shell's UHF), one
     line per iteration, then energies and the memory report; ``--json`` writes them as
     JSON."""
-    from .chem import molecules
-    from .chem.process_memory import RSSWatch
-    from .units import format_bytes
+    from ..chem import molecules
+    from ..chem.process_memory import RSSWatch
+    from ..units import format_bytes
 
     _output(args.json, "--json")
     _check_ccsd_flags(args)
@@ -299,8 +149,8 @@ def _cmd_ccsd(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from .api import Evaluator
-    from .plan.regime import Regime
+    from ..api import Evaluator
+    from ..plan.regime import Regime
 
     _output(args.json, "--json")
     extents = _assignments(args.extent, "--extent")
@@ -312,9 +162,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                          "--regime REGIME.json")
     eqs = _read_equations(args.files)
     if args.min_budget:
-        from .api import min_budget
-        from .plan import BatchPolicy
-        from .report.text import format_bytes
+        from ..api import min_budget
+        from ..plan import BatchPolicy
+        from ..report.text import format_bytes
 
         policy = _policy(args, eqs, extents)
         if policy is None:
@@ -339,7 +189,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_regen(args: argparse.Namespace) -> int:
-    from .chem import derive, triples
+    from ..chem import derive, triples
 
     text = derive.derive_ccsd_text()
     made = {derive.DATA_PATH.with_name(name): triples.triples_text(kind)
@@ -364,14 +214,10 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spaces(text: str | None) -> tuple[str, ...]:
-    return tuple(s.strip() for s in text.split(",") if s.strip()) if text else ()
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .api import Evaluator
-    from .report.plot import plot_report, require_matplotlib
-    from .report.progress import Progress
+    from ..api import Evaluator
+    from ..report.plot import plot_report, require_matplotlib
+    from ..report.progress import Progress
 
     _output(args.json, "--json")
     _output(args.plot, "--plot")
@@ -394,7 +240,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         try:
             plot_report(memory, args.plot)
         except OSError as err:
-            from .chem.files import storage_error
+            from ..chem.files import storage_error
 
             raise storage_error("--plot", args.plot, err) \
                 from err
@@ -402,7 +248,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshots(args: argparse.Namespace) -> int:
-    from .checkout import load_tool
+    from ..checkout import load_tool
 
     snapshots = load_tool("snapshots")           # tools/snapshots.py of the checkout
 
@@ -418,8 +264,8 @@ def _cmd_snapshots(args: argparse.Namespace) -> int:
 def _cmd_clean(args: argparse.Namespace) -> int:
     """Remove what runs that are gone left in DIR (scratch files, integral files that can
     never be reused; with ``--all`` every integral file), printing each file."""
-    from .chem.scratch import clean
-    from .units import format_bytes
+    from ..chem.scratch import clean
+    from ..units import format_bytes
 
     folder = Path(args.dir)
     if not folder.is_dir():
@@ -606,7 +452,7 @@ def _first_line(err: BaseException) -> str:
 
 def _infeasible(err: InfeasibleBudget, args: argparse.Namespace) -> str:
     """An infeasible budget as a command-line user acts on it: the numbers and the flags."""
-    from .units import format_bytes
+    from ..units import format_bytes
 
     need = int(math.ceil(err.minimum))
     if getattr(args, "budget", None) is not None:
@@ -623,6 +469,3 @@ def _infeasible(err: InfeasibleBudget, args: argparse.Namespace) -> str:
         text += ", or allow finer blocks (--block SPACE=N)"
     return text
 
-
-if __name__ == "__main__":
-    sys.exit(main())

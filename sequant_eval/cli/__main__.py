@@ -1,0 +1,4 @@
+"""``python -m sequant_eval.cli``: the ``sequant-eval`` command."""
+from . import main
+
+raise SystemExit(main())
