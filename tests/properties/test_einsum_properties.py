@@ -53,11 +53,11 @@ def einsum_cases(draw):
     return ",".join(factors) + "->" + "".join(output), sizes
 
 
-def _property(max_examples: int) -> dict[str, int]:
+def _property(max_examples: int, derandomize: bool = False) -> dict[str, int]:
     seen = {"examples": 0, "batched": 0, "diagonal": 0, "trace": 0, "single": 0,
             "hyperedge": 0, "batched diagonal or trace": 0}
 
-    @settings(max_examples=max_examples, **SETTINGS)
+    @settings(max_examples=max_examples, derandomize=derandomize, database=None, **SETTINGS)
     @given(einsum_cases(), st.floats(0.0, 0.9), st.integers(0, 2**16))
     def check(case, position, seed):
         subscripts, sizes = case
@@ -85,7 +85,9 @@ def _assert_exercised(seen: dict[str, int]) -> None:
 
 
 def test_einsum_expressions_equal_numpy():
-    _assert_exercised(_property(120))
+    """120 examples, drawn the same way every run: with random draws a share of about a
+    quarter sometimes fell short of its floor at this size (25 of 120 diagonals)."""
+    _assert_exercised(_property(120, derandomize=True))
 
 
 @pytest.mark.slow
