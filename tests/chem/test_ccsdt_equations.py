@@ -138,6 +138,7 @@ def test_against_ebcc_molecule(text):
         assert np.abs(want[name]).max() > 1e-3, name        # not a vacuous comparison
 
 
+@pytest.mark.slow   # the whole --check, 9-12 s (test_closed_shell_equations runs it)
 def test_regen_check_names_a_stale_ccsdt_file(text, monkeypatch, capsys, tmp_path):
     """``regen-equations --check`` compares the CCSDT file too; ``regenerate_ccsdt`` writes
     the derivation (both with the derivation replaced by a stand-in: its own test is slow)."""

@@ -66,6 +66,7 @@ def test_regenerate_writes_all_three_files(tmp_path, monkeypatch):
     assert (tmp_path / "sub_u.txt").read_text(encoding="utf-8") == unrestricted_text()
 
 
+@pytest.mark.slow   # the whole --check, 9-12 s (test_closed_shell_equations runs it)
 def test_regen_check_names_a_stale_unrestricted_file(monkeypatch, capsys):
     so = derive.DATA_PATH.read_text(encoding="utf-8")
     monkeypatch.setattr(derive, "derive_ccsd_text", lambda: so)
