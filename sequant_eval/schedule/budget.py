@@ -335,8 +335,8 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
             f"feasible budget is InfeasibleBudget.minimum (or se.min_budget)", budget,
             lambda: minimum_budget(forest, extents, policy)[0])
     need, best = minimum_budget(forest, extents, policy, progress)
-    if need <= budget:
-        return best
+    if need <= budget:                    # found under a probe's budget: report the caller's
+        return replace(best, plan=replace(best.plan, policy=policy))
     term = _active_term(best, best.profile.binding_point)
     where = forest.trees[term].where if term is not None else "the equation sums"
     why = f"at the smallest the peak is reached while evaluating {where}"

@@ -59,6 +59,21 @@ def test_budget_shares_are_of_the_unbatched_peak():
     assert ev.policy.budget_bytes == 0.5 * top + ev.program_bytes > 0.5 * top
 
 
+def test_a_fit_the_minimum_search_found_reports_the_budget_asked():
+    """At a quarter of the unbatched peak (spin-orbital CCSD at i10a4) the direct fit
+    misses and the minimum search finds a schedule within the budget; the report names
+    the budget asked (arrays' share plus the program's reserve), not the budget of the
+    search probe that found it (it named 1 B, so the peak read as over budget)."""
+    ext = {"i": 10, "a": 4}
+    top = se.analyze(ccsd_equations(), ext).peak_bytes
+    reserve = se.Evaluator(ccsd_equations(), ext, budget=top).program_bytes
+    asked = int(0.25 * top) + reserve
+    report = se.analyze(ccsd_equations(), ext, budget=asked)
+    assert report.schedule.plan.policy.budget_bytes + report.program_bytes == asked
+    assert report.total_bytes <= asked
+    assert f"({asked} B)" in report.memory().to_text().splitlines()[1]
+
+
 def test_remembered_planning_gives_what_planning_afresh_gives():
     """The fitter remembers term menus and verdicts per forest; a forest that has already
     been fitted at other budgets (and had its minimum searched) must fit every budget
