@@ -341,18 +341,22 @@ class _Canon:
 
 def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
           alone: frozenset[int] = frozenset(), veto: frozenset = frozenset(),
-          kept: list | None = None) -> _UnionFind:
+          kept: list | None = None, begin: int = 0) -> _UnionFind:
     """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow.
     Loops of the terms in ``alone`` (the terms of sliced inner sums) are not fused with
     other terms' loops: inside the tied loop each term's batch is added into the inner
     sum as soon as it is made, not held until a fused block has made its neighbours'.
     ``veto``: (form, other) pairs not to fuse; ``kept``, when given, receives
-    ((form, other), state after it) for every fusion kept, in order."""
+    ((form, other), state after it) for every fusion kept, in order. ``begin``: the forms
+    before it are only seen, not fused (``start`` is what fusing them gave)."""
     uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
     checker = canon = None                 # made when a first pair of forms is compared
     seen: dict[tuple, list[Form]] = defaultdict(list)
     for form in forms:
         if not (form.scope or form.span):
+            continue
+        if form.id < begin:
+            seen[_shape(form)].append(form)
             continue
         for other in seen[_shape(form)]:
             if other.term == form.term or other.term in alone or form.term in alone:
@@ -384,16 +388,19 @@ def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
     rules allow; if the result is not ``ok``, find the first kept fusion after which it is
     not (bisection over the kept sequence), refuse that one, and fuse again. The same
     result as checking each kept fusion as it is made wherever a state that is not ``ok``
-    stays so as fusions are added; ``ok`` runs about log2(fusions) times per refusal."""
+    stays so as fusions are added; ``ok`` runs about log2(fusions) times per refusal.
+    After a refusal fusion resumes at the refused fusion's form from the state before it:
+    the fusions before it are the ones a fresh pass would keep again."""
     if not ok(start):                   # (rare) check each fusion as it is made
         return _fuse(forms, loops, ok, start, alone)
     veto: set = set()
+    base, begin = start, 0              # an ok state, and the form fusion resumes at
     while True:
         kept: list = []
-        uf = _fuse(forms, loops, lambda uf: True, start, alone, frozenset(veto), kept)
+        uf = _fuse(forms, loops, lambda uf: True, base, alone, frozenset(veto), kept, begin)
         if not kept or ok(uf):
             return uf
-        lo, hi = 0, len(kept)           # after lo fusions ok; after hi not
+        lo, hi = 0, len(kept)           # after lo fusions ok (0: base); after hi not
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if ok(kept[mid - 1][1]):
@@ -401,6 +408,8 @@ def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
             else:
                 hi = mid
         veto.add(kept[hi - 1][0])
+        base = kept[hi - 2][1] if hi >= 2 else base
+        begin = kept[hi - 1][0][0]
 
 
 def _ordered(rich: RichSchedule):
