@@ -11,9 +11,9 @@ PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; ev
 timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
 again, loads the amplitudes and times the (T) step only:
 
-  ours     ccsd_t_energy(ints, t1, t2, budget, kind): the packaged energy on the
-           evaluator (288 closed-shell or 232 unrestricted products, sub-products
-           shared), first call (planning included) and a second call in the same
+  ours     ccsd_t_energy(ints, t1, t2, budget, kind): the packaged closed-shell or
+           unrestricted energy (232 products each, sub-products shared) on the
+           evaluator, first call (planning included) and a second call in the same
            process (the fit remembered), the integrals transformed before the clock
   pyscf    pyscf.cc.ccsd_t.kernel (C with OpenMP, a >= b >= c) for an RHF,
            pyscf.cc.uccsd_t.kernel (NumPy einsum over the α/β blocks) for a UHF, the
