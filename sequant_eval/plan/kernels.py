@@ -26,7 +26,7 @@ Contractions without a contracted mode (outer and Hadamard products) are one bro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from collections.abc import Sequence
 
@@ -244,8 +244,9 @@ def plan_contraction(value: Value, left: Value, right: Value,
                      ) -> ContractPlan:
     """Plan ``value = left · right`` given the extent of every mode of the three arrays.
 
-    Remembered by what decides it (the value's id and mode labels, the three shapes): the
-    schedule stage asks again for every schedule it analyses, mostly the same shapes.
+    Remembered by what decides it (the pattern of mode labels across the three arrays and
+    their shapes, not which labels or which value): the schedule stage asks again for every
+    schedule it analyses, and many contractions of a forest share a pattern and shapes.
 
     ``like``: a plan of the same contraction at other extents (a full batch, when this is
     a short one). Its grouping is taken when it still applies — no search, nothing
@@ -254,19 +255,37 @@ def plan_contraction(value: Value, left: Value, right: Value,
         found = _planned_like(value, like, extents, left_extents, right_extents)
         if found is not None:
             return found
-    key = (value.id, value.left.modes, value.right.modes, value.result, tuple(extents),
-           tuple(left_extents), tuple(right_extents))
+    a, b, r = value.left.modes, value.right.modes, value.result
+    canon: dict[int, int] = {}
+    for m in (*a, *b, *r):
+        canon.setdefault(m, len(canon))
+    key = (tuple(canon[m] for m in a), tuple(canon[m] for m in b), tuple(canon[m] for m in r),
+           tuple(extents), tuple(left_extents), tuple(right_extents))
     got = _PLANS.get(key)
     if got is None:
         if len(_PLANS) >= _REMEMBERED:
             _PLANS.clear()
-        got = _PLANS[key] = _plan_contraction(value, extents, left_extents, right_extents)
-    return got
+        plan = _plan_contraction(value, extents, left_extents, right_extents)
+        _PLANS[key] = (plan, tuple(tuple(canon[m] for m in g) for g in plan.grouping))
+        return plan
+    plan, grouping = got
+    labels = _relabel(grouping, canon)
+    if plan.value == value.id and plan.grouping == labels:
+        return plan
+    # the plan is position-based (views, shapes, subscripts); only the value and the
+    # grouping's mode labels name this contraction
+    return replace(plan, value=value.id, grouping=labels)
+
+
+def _relabel(grouping: tuple, canon: dict[int, int]) -> tuple:
+    """A grouping in canonical mode numbers spelled in the labels ``canon`` numbers."""
+    label = list(canon)
+    return tuple(tuple(label[c] for c in g) for g in grouping)
 
 
 #: How many kernel plans are remembered (a plan is a few hundred bytes).
 _REMEMBERED = 8192
-_PLANS: dict[tuple, ContractPlan] = {}
+_PLANS: dict[tuple, tuple[ContractPlan, tuple]] = {}
 
 
 def _planned_like(value: Value, like: ContractPlan, extents: Sequence[int],
@@ -314,7 +333,8 @@ def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequen
         for cols in _orders((lb, lr), free_b):
             for ks in _orders((la, lb), contracted):
                 if ks:
-                    found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent)
+                    found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent,
+                                            None if best is None else best[0])
                     if found is not None and (best is None or found[0] < best[0]):
                         best, grouping = found, (rows, cols, ks)
     cost, xa, xb, xz, shape, reduce = best
@@ -324,8 +344,9 @@ def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequen
 
 def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...],
                     cols: tuple[int, ...], ks: tuple[int, ...], contracted: set[int],
-                    extent: dict[int, int]):
-    """Cost and views of one grouping; None if it is not allowed.
+                    extent: dict[int, int], beat: float | None = None):
+    """Cost and views of one grouping; None if it is not allowed, or (``beat`` given) if
+    its BLAS calls alone cost no less than ``beat`` (copies only add to that).
 
     Contracted modes outside ``ks`` are *split*: they become batch modes of a temporary
     that holds one partial product per value of theirs and is then summed. That replaces a
@@ -337,6 +358,8 @@ def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...]
     nbatch = prod(extent[m] for m in batch)
     m_, n_, k_ = (prod(extent[x] for x in g) for g in (rows, cols, ks))
     cost = nbatch * gemm_time_us(m_, n_, k_)
+    if beat is not None and cost >= beat:
+        return None
     xa = _matrix_view(la, batch, rows, ks, extent)
     if xa is None:
         xa = _copied_view(la, batch, rows, ks, extent, False)

@@ -7,9 +7,9 @@ the *background* live around it; that term is re-planned under the budget minus 
 background, and the forest is scheduled again, until the swept peak fits. Unsliced input
 blocks are fetched per term (not held from one term to the next), which keeps the
 background small. If no re-planning fits, the smallest budget the planner can meet is
-searched by bisection on a fixed geometric grid between a lower bound (the equation
-results, whole) and the unbatched peak, independently of the budget asked for, and named
-in InfeasibleBudget; any budget at or above it fits.
+searched on a fixed geometric grid between a lower bound (the equation results, whole) and
+the least-peak schedule's peak (galloping down, then bisection), independently of the
+budget asked for, and named in InfeasibleBudget; any budget at or above it fits.
 
 Everything a budget probe needs that does not depend on the budget is remembered per
 forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
@@ -210,7 +210,9 @@ def _key(forest: Forest, extents, policy: BatchPolicy) -> tuple:
 def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
                    progress=None) -> tuple[int, ScheduleAnalysis]:
     """The smallest budget the fitter meets, on a geometric grid of ``GRID`` relative width
-    between the lower bound and the unbatched peak, and the fitted schedule there.
+    between the lower bound and the unbatched peak, and the fitted schedule there: the
+    least-peak schedule (every term at its least peak) or, below it, the smallest grid
+    point a direct fit meets, searched down from it (galloping, then bisection).
 
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
     per forest and policy (a second refusal is instant). Where inner sums can be sliced
@@ -259,20 +261,23 @@ def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
     def index(b: float) -> int:                         # grid: floor·(1+GRID)^k
         return max(0, math.ceil(math.log(max(b, floor) / floor) / math.log1p(GRID) - 1e-9))
 
+    # Galloping down from the best peak known, then bisecting the bracket: the smallest
+    # feasible grid point of a monotone search, as plain bisection finds it, but where (as
+    # usual) nothing below the least-peak schedule fits, one probe instead of log2(grid).
     lo, hi = -1, index(best.peak_bytes)
-    rounds = 0
+    rounds, step, galloping = 0, 1, True
     while hi - lo > 1:
-        mid = (lo + hi) // 2
+        mid = max(lo + 1, hi - step) if galloping else (lo + hi) // 2
         if progress is not None:
             progress("searching the minimum", rounds, rounds + math.ceil(math.log2(hi - lo)))
         rounds += 1
         ok, _ = _attempt(fit, replace(policy, budget=floor * (1 + GRID) ** mid))
         if ok is None:
-            lo = mid
+            lo, galloping = mid, False
         else:                     # its own peak is feasible too: the bracket may shrink more
             if ok.peak_bytes <= best.peak_bytes:
                 best = ok
-            hi = min(mid, index(ok.peak_bytes))
+            hi, step = min(mid, index(ok.peak_bytes)), 2 * step
     need = best.peak_bytes
     # the same budget planned the usual way (fewest flops, then fewest loops) often fits
     # too, with far fewer loops than every term at its least peak

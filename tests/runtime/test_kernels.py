@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import sequant_eval as se
 from sequant_eval.forest.values import Operand, Value, ValueKind
 from sequant_eval.runtime.backends import NumpyBackend
+from sequant_eval.plan import kernels
 from sequant_eval.plan.kernels import GEMM, plan_contraction
 
 
@@ -45,6 +46,24 @@ def test_plan_equals_einsum(case, seed):
     got = NumpyBackend._run(plan, x, y)
     assert got.shape == ref.shape and got.flags.c_contiguous
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(contractions(), st.permutations(range(6)), st.integers(3, 9))
+def test_a_remembered_plan_serves_the_same_pattern_under_other_labels(case, relabel, vid):
+    """A contraction whose modes are renamed (same pattern, same shapes) is served the
+    remembered plan of the first, with its own value and labels; oracle: the plan searched
+    from scratch for it (``_plan_contraction``, no cache). Every example exercises it."""
+    extent, a, b, r = case
+    shapes = ([extent[m] for m in r], [extent[m] for m in a], [extent[m] for m in b])
+    first = Value(2, ValueKind.CONTRACT, ("x",) * len(r), left=Operand(0, a),
+                  right=Operand(1, b), result=r)
+    plan_contraction(first, None, None, *shapes)
+    name = {m: 10 + relabel[m] for m in extent}
+    other = Value(vid, ValueKind.CONTRACT, ("x",) * len(r), left=Operand(0, tuple(map(name.get, a))),
+                  right=Operand(1, tuple(map(name.get, b))), result=tuple(map(name.get, r)))
+    assert plan_contraction(other, None, None, *shapes) == kernels._plan_contraction(
+        other, *shapes)
 
 
 def test_middle_mode_contraction_of_a_big_operand_is_not_copied():
