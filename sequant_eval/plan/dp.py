@@ -19,7 +19,7 @@ from ..expr.index import Index
 from ..forest.values import TermTree
 from .loops import LoopKind, Open
 from .policy import BatchPolicy
-from .profile import Profile, combine_held, held_upto, leaf_profile, node_profile
+from .profile import Profile, held_upto, leaf_profile, node_profile
 from .regime import footprint_bytes
 from .sizes import Sizer
 
@@ -73,6 +73,7 @@ class TermDP:
         self.labels = [frozenset(node.labels) for node in tree.nodes]
         self.external = self.labels[tree.root]
         self.memo: dict[tuple[int, tuple[int, ...]], list[Candidate]] = {}
+        self._level_memo: dict[tuple, list[tuple]] = {}
         every = sorted({ix for node in tree.nodes for ix in node.labels})
         self._bit = {ix: 1 << k for k, ix in enumerate(every)}
         self._mask = [self._mask_of(node.labels) for node in tree.nodes]
@@ -229,7 +230,9 @@ class TermDP:
     def solve(self, n: int, ctx: tuple[Open, ...] = ()) -> list[Candidate]:
         """The Pareto set of node n's subtree under the enclosing chain ``ctx`` (memoized): every
         choice of opens, nesting and child order, dominated ones dropped."""
-        return self._solve(n, self._ids(ctx))
+        got = self._solve(n, self._ids(ctx))
+        self._level_memo.clear()
+        return got
 
     def _solve(self, n: int, ctx: tuple[int, ...]) -> list[Candidate]:
         key = (n, ctx)
@@ -248,49 +251,99 @@ class TermDP:
                           for p in permutations(cands, r)]
         default_first = walk_first(self.tree, n)
         u, v = node.children
-        found: list[Candidate] = []
+        found: list[tuple] = []
         for opens in options:
             chain = ctx + opens
-            fu = self._solve(u, self._prefix(chain, self._mask[u]))
-            fv = self._solve(v, self._prefix(chain, self._mask[v]))
-            spelled = tuple(self._opens[i] for i in opens)
             depth, accs, part, flops = self._node_terms(n, ctx, opens)
             inner = depth + len(accs)
-            hu = [held_upto(c.profile, inner) for c in fu]
-            hv = [held_upto(c.profile, inner) for c in fv]
-            nopen = len(opens)
-            for first in (default_first, 1 - default_first):
-                mine = ((n, spelled, first),) if opens or first != default_first else ()
-                for cu, su in zip(fu, hu):
-                    pu, gu, lu = cu.profile, cu.config, cu.nloops + nopen
-                    for cv, sv in zip(fv, hv):
-                        if first == 0:
-                            prof = combine_held(pu, su, cv.profile, sv, depth, accs, part,
-                                                flops)
-                        else:
-                            prof = combine_held(cv.profile, sv, pu, su, depth, accs, part,
-                                                flops)
-                        found.append(Candidate(prof, gu + cv.config + mine, lu + cv.nloops))
-        result = _pareto(found)
+            lu = self._levels_of(u, self._prefix(chain, self._mask[u]), depth, inner)
+            lv = self._levels_of(v, self._prefix(chain, self._mask[v]), depth, inner)
+            spelled = tuple(self._opens[i] for i in opens)
+            found += _pairings(lu, lv, depth, accs, part, flops, len(opens),
+                               ((n, spelled, 0),) if opens or default_first else (),
+                               ((n, spelled, 1),) if opens or not default_first else (),
+                               default_first)
+        result = [Candidate(Profile(pk, hold, res, fl), config, nl)
+                  for fl, nl, _, pk, hold, res, config in _pareto(found)]
         self.memo[key] = result
         return result
 
+    def _levels_of(self, n: int, ctx: tuple[int, ...], depth: int, inner: int) -> list[tuple]:
+        """``_levels`` of node n's Pareto set under ``ctx`` (remembered: the parent's loop
+        choices with the same prefix over n pair the same set)."""
+        key = (n, ctx, depth, inner)
+        got = self._level_memo.get(key)
+        if got is None:
+            got = self._level_memo[key] = _levels(self._solve(n, ctx), depth, inner)
+        return got
 
-def _pareto(cands: list[Candidate]) -> list[Candidate]:
-    """Candidates no kept one dominates (``Profile.dominates`` with no more loops), in order
-    of (flops, loops, peak); the dominance test spelled out on plain tuples."""
-    cands = sorted(cands, key=lambda c: (c.profile.flops, c.nloops, c.peak))
-    kept: list[Candidate] = []
-    keys: list[tuple] = []
-    le = operator.le
+
+def _levels(cands: list[Candidate], depth: int, inner: int) -> list[tuple]:
+    """Per candidate, what pairing it reads at levels 0..inner: its peaks (0 past its own
+    levels), what it holds once its steps up to each level are done (``held_upto``), the
+    same one level shifted, and what it leaves live at each level above ``depth``."""
+    out = []
     for c in cands:
         p = c.profile
-        pk, hold, res, flops, nloops = p.pk, p.hold, p.res, p.flops, c.nloops
-        for kf, kn, kr, kpk, khold in keys:
+        pk, hold, nh = p.pk, p.hold, len(p.hold)
+        peaks = list(pk) + [0] * (inner + 1 - len(pk))
+        held = held_upto(p, inner)
+        kept = tuple(hold[d] if d < nh else (p.res if d == nh else 0) for d in range(depth))
+        out.append((peaks, held, [0] + held[:-1], kept, p.flops, c.config, c.nloops))
+    return out
+
+
+def _pairings(lu: list[tuple], lv: list[tuple], depth: int, accs: tuple[int, ...],
+              part: int, flops: int, nopen: int, mine_u: tuple, mine_v: tuple,
+              default_first: int) -> list[tuple]:
+    """Every pairing of the children's realizations (their ``_levels``) at a node, child
+    ``u`` run first and child ``v`` run first (``combine_held``'s rule, both orders from
+    one pass), as
+    ``(flops, loops, peak, pk, hold, res, config)`` in the order the DP lists them: the
+    default order's pairings, then the other's. A pairing in the other order whose every
+    level's peak is no lower than the same pairing's in the default order is left out:
+    it ties that twin in flops, loops, holds and result and sorts after it, so the Pareto
+    filter would drop it."""
+    inner = depth + len(accs)
+    acc, run = [0] * (inner + 1), 0
+    for d in range(depth + 1, inner + 1):
+        run += accs[d - depth - 1]
+        acc[d] = run
+    tail = part + run
+    res = accs[0] if accs else part
+    lower, upper = range(depth), range(depth, inner + 1)
+    first, other = [], []
+    for pu, hu, su, ku, flu, gu, nu in lu:
+        for pv, hv, sv, kv, flv, gv, nv in lv:
+            a = [max(pu[d] + sv[d], hu[d] + pv[d]) for d in lower]
+            b = [max(pv[d] + su[d], hv[d] + pu[d]) for d in lower]
+            last = hu[inner] + hv[inner] + tail
+            a.append(max(last, *(max(pu[d] + sv[d], hu[d] + pv[d]) + acc[d] for d in upper)))
+            b.append(max(last, *(max(pv[d] + su[d], hv[d] + pu[d]) + acc[d] for d in upper)))
+            hold = tuple(x + y for x, y in zip(ku, kv))
+            fl, nl, config = flu + flv + flops, nu + nv + nopen, gu + gv
+            (pd, gd), (po, go) = ((a, mine_u), (b, mine_v)) if default_first == 0 else \
+                ((b, mine_v), (a, mine_u))
+            pd, po = tuple(pd), tuple(po)
+            first.append((fl, nl, max(pd), pd, hold, res, config + gd))
+            if any(x < y for x, y in zip(po, pd)):
+                other.append((fl, nl, max(po), po, hold, res, config + go))
+    return first + other
+
+
+def _pareto(cands: list[tuple]) -> list[tuple]:
+    """Candidates ``(flops, loops, peak, pk, hold, res, config)`` no kept one dominates
+    (``Profile.dominates`` with no more loops), in order of (flops, loops, peak), ties in
+    the order given; the dominance test spelled out on plain tuples."""
+    cands = sorted(cands, key=operator.itemgetter(0, 1, 2))
+    kept: list[tuple] = []
+    le = operator.le
+    for c in cands:
+        flops, nloops, _, pk, hold, res, _ = c
+        for kf, kn, _, kpk, khold, kr, _ in kept:
             if (kf <= flops and kn <= nloops and kr <= res and all(map(le, kpk, pk))
                     and all(map(le, khold, hold))):
                 break
         else:
             kept.append(c)
-            keys.append((flops, nloops, res, pk, hold))
     return kept
