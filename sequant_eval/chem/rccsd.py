@@ -8,12 +8,15 @@ ending in the same factor read the same way are summed before that factor is con
 at (H2O)3/cc-pVDZ extents 15 distinct o³v³ contractions become 8, 29.7 GFLOP 16.4) stage
 by stage (:class:`~sequant_eval.api.staged.StagedEvaluator`), the budget bounding both stages
 with what is held. ``intermediates=False`` evaluates the plain equations in one program;
-the default drops the intermediates when a budget cannot hold them, and out of core (a
-few o²v² arrays held between stages would defeat the lean solver). ``t2`` is the αβ
+the default drops the intermediates for small systems (below ``FACTOR_FROM`` flops of the
+vvvv ladder finding them costs more than they save in a whole run), when a budget cannot
+hold them, and out of core (a few o²v² arrays held between stages would defeat the lean
+solver). ``t2`` is the αβ
 amplitude, as in ``pyscf.cc.CCSD``.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -26,7 +29,7 @@ from .closed_shell import ClosedShellIntegrals
 from .equations import closed_shell_equations
 from .storage import _exchange
 
-__all__ = ["RCCSD", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES"]
+__all__ = ["RCCSD", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES", "FACTOR_FROM"]
 
 #: The closed-shell path folds ``2 X{p,q;r,s} - X{p,q;s,r}`` of these tensors.
 EXCHANGE_FOLDS = {"t2": "u2", "g": "L"}
@@ -37,12 +40,25 @@ EXCHANGE_FOLDS = {"t2": "u2", "g": "L"}
 CLOSED_SHELL_SYMMETRIES = {"symmetric": ("f", "g", "L", "t1", "t2", "u2"),
                            "real": ("f", "g"), "hermitian": ("L",), "mirrored": ("R2",)}
 
+#: Flops of the vvvv ladder (2 o² v⁴) from which the default finds intermediates. Measured
+#: (Intel Xeon, 2 cores): H2O/cc-pVDZ (6.5e6) the same residual time either way (8.8 ms)
+#: and a first run 0.2–0.35 s slower with them (the merge search); (H2O)2 (1.1e9) a
+#: residual of 58 ms against 88 ms without.
+FACTOR_FROM = 1e8
+
+
+@lru_cache(maxsize=1)
+def _folded_equations():
+    """``data/ccsd_cs.txt``, exchange-folded (once per process: the fold is a search)."""
+    return fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
+
 
 class RCCSD(CoupledCluster):
     """Closed-shell CCSD (PySCF's ``RCCSD``) on a converged closed-shell RHF; the options
     are :class:`~sequant_eval.chem.cc.CoupledCluster`'s, and ``intermediates``: evaluate
     with common-factor intermediates (``True``), without (``False``), or with them unless
-    out of core or the budget cannot hold them (``None``, the default)."""
+    the system is small (``FACTOR_FROM``), out of core or the budget cannot hold them
+    (``None``, the default)."""
 
     method = "CCSD"
     spin_orbital = False
@@ -53,15 +69,18 @@ class RCCSD(CoupledCluster):
 
     def plain_equations(self):
         """``data/ccsd_cs.txt``, exchange-folded."""
-        return fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
+        return _folded_equations()
 
     def factored_equations(self, plain, extents):
-        """With intermediates (``R2`` equals its mirror image; the exchange fold hides it).
-        The merge search costs ~0.1 s and saves 2-3 % of every residual: worth it from
+        """With intermediates (``R2`` equals its mirror image; the exchange fold hides it),
+        or None: asked not to, or (the default) a system below ``FACTOR_FROM``. The wider
+        merge search (beam 8, ~0.1 s more) saves 2-3 % of every residual: worth it from
         about (H2O)3/cc-pVDZ up (vvvv ladder 2 o^2 v^4 = 4.8 GFLOP there)."""
-        if self.intermediates is False:
+        ladder = 2 * extents["i"] ** 2 * extents["a"] ** 4
+        if self.intermediates is False or (self.intermediates is None
+                                           and ladder < FACTOR_FROM):
             return None
-        beam = 8 if 2 * extents["i"] ** 2 * extents["a"] ** 4 > 3e9 else 1
+        beam = 8 if ladder > 3e9 else 1
         return factor_common(plain, extents, beam=beam, **CLOSED_SHELL_SYMMETRIES)
 
     def mean_field_integrals(self):

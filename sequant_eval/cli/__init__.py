@@ -105,7 +105,7 @@ def _method(args: argparse.Namespace, mf):
         return CCSDT(mf, **options)
     return CCSD(mf, spin_orbital=True if args.spin_orbital else None,
                 integrals_on_disk=args.integrals_on_disk,
-                intermediates=False if args.no_intermediates else None, **options)
+                intermediates=args.intermediates, **options)
 
 
 def _cmd_ccsd(args: argparse.Namespace) -> int:
@@ -341,9 +341,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--spin-orbital", action="store_true",
                    help="spin-orbital equations (GCCSD) instead of the closed-shell (RHF) "
                         "or unrestricted (UHF) ones")
-    p.add_argument("--no-intermediates", action="store_true",
-                   help="closed shell: evaluate the plain equations in one program instead "
-                        "of with common-factor intermediates (more flops, less held memory)")
+    found = p.add_mutually_exclusive_group()
+    found.add_argument("--intermediates", dest="intermediates", action="store_const",
+                       const=True, default=None,
+                       help="closed shell: evaluate with common-factor intermediates even on "
+                            "a small system (by default from 1e8 flops of the vvvv ladder)")
+    found.add_argument("--no-intermediates", dest="intermediates", action="store_const",
+                       const=False,
+                       help="closed shell: evaluate the plain equations in one program "
+                            "instead of with common-factor intermediates (more flops, less "
+                            "held memory)")
     p.add_argument("--backend", default="numpy", choices=["numpy"])
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "

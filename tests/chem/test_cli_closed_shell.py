@@ -29,7 +29,7 @@ def _pyscf_ecorr(atom, basis, frozen=0, spin=0):
 def test_atom_frozen_json(tmp_path, capsys):
     out = tmp_path / "out.json"
     assert main(["ccsd", "--atom", WATER, "--basis", "6-31g", "--frozen", "1", *TIGHT,
-                 "--json", str(out)]) == 0
+                 "--intermediates", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     iters = re.findall(r"^cycle = (\d+)  E_corr\(CCSD\) = (-?\d\.\d+)  dE = \S+  "
                        r"norm\(t1,t2\) = \S+  \(\d+\.\d\d s, peak .*\)$", text, re.M)

@@ -18,6 +18,7 @@ from pyscf.cc import rccsd  # noqa: E402
 
 import sequant_eval as se  # noqa: E402
 import sequant_eval.chem as sc  # noqa: E402
+from sequant_eval.chem import rccsd as closed_shell_method  # noqa: E402
 from sequant_eval.chem.equations import closed_shell_equations  # noqa: E402
 from sequant_eval.errors import (InfeasibleBudget, SequantEvalError,  # noqa: E402
                                  UnsupportedFeature)
@@ -126,8 +127,8 @@ def test_batched_equals_unbatched(water_dz):
 
 
 def test_batched_run_converges_to_the_unbatched_energy(water_dz):
-    free = sc.CCSD(water_dz, frozen=1, **TIGHT).run()
-    half = sc.CCSD(water_dz, frozen=1, budget="50%", **TIGHT).run()
+    free = sc.CCSD(water_dz, frozen=1, intermediates=True, **TIGHT).run()
+    half = sc.CCSD(water_dz, frozen=1, budget="50%", intermediates=True, **TIGHT).run()
     assert free.staged and half.staged            # with intermediates, both
     assert abs(half.e_corr - free.e_corr) < 1e-10
     assert half.meter.peak_bytes == half.report.peak_bytes <= 0.5 * free.report.peak_bytes
@@ -136,7 +137,7 @@ def test_batched_run_converges_to_the_unbatched_energy(water_dz):
 
 def test_intermediates_give_the_plain_residual(water_631g):
     """Oracle: the plain (unfactored) equations in one program, same amplitudes."""
-    staged = sc.CCSD(water_631g, frozen=1)
+    staged = sc.CCSD(water_631g, frozen=1, intermediates=True)
     plain = sc.CCSD(water_631g, frozen=1, intermediates=False)
     assert staged.staged and not plain.staged
     t1, t2 = _random_amplitudes(staged.nocc, staged.nvir, seed=3)
@@ -147,9 +148,19 @@ def test_intermediates_give_the_plain_residual(water_631g):
     assert staged.evaluator().analyze().flops < 0.8 * plain.evaluator().analyze().flops
 
 
-def test_a_budget_too_small_for_the_intermediates(water_dz):
+def test_the_default_finds_intermediates_from_a_ladder_size(water_631g, monkeypatch):
+    """H2O/6-31G (2 o² v⁴ = 2.6e5 flops) is below ``FACTOR_FROM``: the default runs the
+    plain equations; with the threshold below it, the same system is staged."""
+    assert not sc.CCSD(water_631g).staged
+    monkeypatch.setattr(closed_shell_method, "FACTOR_FROM", 0)
+    assert sc.CCSD(water_631g).staged
+
+
+def test_a_budget_too_small_for_the_intermediates(water_dz, monkeypatch):
     """A quarter of the peak cannot hold the intermediates between stages: the default
-    evaluates the plain equations (same residual), ``intermediates=True`` is refused."""
+    (asked to find them on this small system) evaluates the plain equations (same
+    residual), ``intermediates=True`` is refused."""
+    monkeypatch.setattr(closed_shell_method, "FACTOR_FROM", 0)
     quarter = sc.CCSD(water_dz, frozen=1, budget="25%")
     t1, t2 = _random_amplitudes(quarter.nocc, quarter.nvir, seed=4)
     e, r1, r2 = quarter.residual(t1, t2)
