@@ -16,6 +16,7 @@ the cluster.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,10 @@ from tests.properties.test_batched_properties import (_policy, _tensors, forest_
 MIN_DISTRIBUTED = 0.6
 
 
+# The Dask client's threads draw from ``random`` while Hypothesis generates an example;
+# Hypothesis takes that for the strategy's doing (the strategy alone raises no warning).
+@pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning")
 def test_cluster_equals_single_process(client):
     seen = {"examples": 0, "distributed": 0}
 
