@@ -51,17 +51,20 @@ from sympy.physics.secondquant import (
 )
 
 from ..expr import Equation, Index, Operator, Product, Tensor, parse
+from ..expr.exchange import fold_exchange
 from ..expr.printer import format_equation
 from ..expr.spin_integrate import spin_integrate
 from ..expr.spintrace import spin_trace
 
-__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "UNRESTRICTED_PATH", "CCSDT_PATH",
+__all__ = ["DATA_PATH", "CLOSED_SHELL_PATH", "FOLDED_PATH", "UNRESTRICTED_PATH", "CCSDT_PATH",
            "derive_ccsd_text", "derive_equations", "derive_ccsdt_equations",
-           "derive_ccsdt_text", "closed_shell_text", "unrestricted_text", "regenerate",
+           "derive_ccsdt_text", "closed_shell_text", "folded_text", "unrestricted_text",
+           "regenerate",
            "regenerate_ccsdt", "main"]
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "ccsd_so.txt"
 CLOSED_SHELL_PATH = DATA_PATH.parent / "ccsd_cs.txt"
+FOLDED_PATH = DATA_PATH.parent / "ccsd_cs_folded.txt"
 UNRESTRICTED_PATH = DATA_PATH.parent / "ccsd_u.txt"
 CCSDT_PATH = DATA_PATH.parent / "ccsdt_so.txt"
 
@@ -326,6 +329,28 @@ def closed_shell_text(spin_orbital_text: str | None = None) -> str:
     return _equations_text(_CLOSED_SHELL_HEADER, spin_trace(parse(spin_orbital_text)))
 
 
+_FOLDED_HEADER = """\
+# Closed-shell CCSD equations with Coulomb/exchange pairs folded: what RCCSD evaluates.
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`, which
+# folds ccsd_cs.txt (sequant_eval.expr.exchange.fold_exchange with rccsd.EXCHANGE_FOLDS,
+# sequant_eval/chem/derive.py); packaged so that a run need not search the folds.
+#
+# Tensors and indices as in ccsd_cs.txt, and:
+#   L{p,q;r,s}           2 g{p,q;r,s} - g{p,q;s,r}
+#   u2{a_1,a_2;i_1,i_2}  2 t2{a_1,a_2;i_1,i_2} - t2{a_1,a_2;i_2,i_1}
+"""
+
+
+def folded_text(closed_shell: str | None = None) -> str:
+    """The full text of ``data/ccsd_cs_folded.txt``: the exchange fold of ``closed_shell``
+    (default: the packaged ``ccsd_cs.txt``), deterministic byte for byte."""
+    from .rccsd import EXCHANGE_FOLDS
+
+    if closed_shell is None:
+        closed_shell = CLOSED_SHELL_PATH.read_text(encoding="utf-8")
+    return _equations_text(_FOLDED_HEADER, fold_exchange(parse(closed_shell), EXCHANGE_FOLDS))
+
+
 _UNRESTRICTED_HEADER = """\
 # Unrestricted (UHF) CCSD equations over alpha and beta spatial orbitals, non-canonical Fock.
 # GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`, which
@@ -362,8 +387,9 @@ def regenerate(path: str | Path | None = None,
                closed_shell_path: str | Path | None = None,
                unrestricted_path: str | Path | None = None) -> str:
     """Derive the equations, write them to ``path`` (default: packaged data), their
-    closed-shell spin trace to ``closed_shell_path`` and their unrestricted spin integration
-    to ``unrestricted_path`` (defaults: beside the packaged data, or ``<path stem>_cs.txt``
+    closed-shell spin trace to ``closed_shell_path`` (and its exchange fold beside it, the
+    same stem with ``_folded``) and their unrestricted spin integration to
+    ``unrestricted_path`` (defaults: beside the packaged data, or ``<path stem>_cs.txt``
     and ``<path stem>_u.txt`` beside an explicit ``path``)."""
     text = derive_ccsd_text()
     target = Path(path) if path is not None else DATA_PATH
@@ -376,7 +402,10 @@ def regenerate(path: str | Path | None = None,
     if unrestricted_path is None:
         unrestricted_path = (UNRESTRICTED_PATH if path is None
                              else target.with_name(stem + "_u.txt"))
-    Path(closed_shell_path).write_text(closed_shell_text(text), encoding="utf-8")
+    closed = closed_shell_text(text)
+    Path(closed_shell_path).write_text(closed, encoding="utf-8")
+    Path(closed_shell_path).with_name(Path(closed_shell_path).stem + "_folded.txt").write_text(
+        folded_text(closed), encoding="utf-8")
     Path(unrestricted_path).write_text(unrestricted_text(text), encoding="utf-8")
     return text
 

@@ -14,7 +14,7 @@ from importlib import resources
 from ..expr import Equation, parse
 
 __all__ = ["ccsd_text", "ccsd_equations", "closed_shell_text", "closed_shell_equations",
-           "unrestricted_text", "unrestricted_equations", "ccsdt_text", "ccsdt_equations"]
+           "closed_shell_folded_equations", "unrestricted_text", "unrestricted_equations", "ccsdt_text", "ccsdt_equations"]
 
 
 def ccsd_text() -> str:
@@ -37,6 +37,14 @@ def closed_shell_text() -> str:
 def closed_shell_equations() -> tuple[Equation, ...]:
     """The closed-shell CCSD equations, parsed (read ``t2`` as the αβ amplitude)."""
     return tuple(parse(closed_shell_text()))
+
+
+@lru_cache(maxsize=1)
+def closed_shell_folded_equations() -> tuple[Equation, ...]:
+    """The closed-shell equations with Coulomb/exchange pairs folded into ``L`` and ``u2``
+    (``data/ccsd_cs_folded.txt``: what RCCSD evaluates), parsed."""
+    text = resources.files("sequant_eval.chem").joinpath("data/ccsd_cs_folded.txt")
+    return tuple(parse(text.read_text("utf-8")))
 
 
 def unrestricted_text() -> str:

@@ -16,17 +16,15 @@ amplitude, as in ``pyscf.cc.CCSD``.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ..errors import UnsupportedFeature
-from ..expr.exchange import fold_exchange
 from ..expr.factor import factor_common
 from .cc import CoupledCluster
 from .closed_shell import ClosedShellIntegrals
-from .equations import closed_shell_equations
+from .equations import closed_shell_folded_equations
 from .storage import _exchange
 
 __all__ = ["RCCSD", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES", "FACTOR_FROM"]
@@ -47,12 +45,6 @@ CLOSED_SHELL_SYMMETRIES = {"symmetric": ("f", "g", "L", "t1", "t2", "u2"),
 FACTOR_FROM = 1e8
 
 
-@lru_cache(maxsize=1)
-def _folded_equations():
-    """``data/ccsd_cs.txt``, exchange-folded (once per process: the fold is a search)."""
-    return fold_exchange(closed_shell_equations(), EXCHANGE_FOLDS)
-
-
 class RCCSD(CoupledCluster):
     """Closed-shell CCSD (PySCF's ``RCCSD``) on a converged closed-shell RHF; the options
     are :class:`~sequant_eval.chem.cc.CoupledCluster`'s, and ``intermediates``: evaluate
@@ -68,8 +60,9 @@ class RCCSD(CoupledCluster):
     triples = "closed-shell"
 
     def plain_equations(self):
-        """``data/ccsd_cs.txt``, exchange-folded."""
-        return _folded_equations()
+        """``data/ccsd_cs.txt``, exchange-folded (packaged as ``data/ccsd_cs_folded.txt``:
+        the fold is a search over each term's spellings)."""
+        return closed_shell_folded_equations()
 
     def factored_equations(self, plain, extents):
         """With intermediates (``R2`` equals its mirror image; the exchange fold hides it),

@@ -195,7 +195,9 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     made = {derive.DATA_PATH.with_name(name): triples.triples_text(kind)
             for kind, name in triples.TRIPLES_FILES.items()}
     if args.check:
-        fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: derive.closed_shell_text(text),
+        closed = derive.closed_shell_text(text)
+        fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: closed,
+                 derive.FOLDED_PATH: derive.folded_text(closed),
                  derive.UNRESTRICTED_PATH: derive.unrestricted_text(text),
                  derive.CCSDT_PATH: derive.derive_ccsdt_text(), **made}
         stale = [p for p, t in fresh.items()
@@ -209,7 +211,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     derive.regenerate_ccsdt()
     for path, text in made.items():
         path.write_text(text, encoding="utf-8")
-    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.UNRESTRICTED_PATH}, "
+    print(f"wrote {derive.DATA_PATH}, {derive.CLOSED_SHELL_PATH}, {derive.FOLDED_PATH}, "
+          f"{derive.UNRESTRICTED_PATH}, "
           f"{derive.CCSDT_PATH} and the (T) energies {', '.join(p.name for p in made)}")
     return 0
 

@@ -16,8 +16,11 @@ import pytest
 
 import sequant_eval as se
 from sequant_eval.chem import derive
-from sequant_eval.chem.equations import ccsd_equations, closed_shell_equations, closed_shell_text
+from sequant_eval.chem.equations import (ccsd_equations, closed_shell_equations,
+                                         closed_shell_folded_equations, closed_shell_text)
+from sequant_eval.chem.rccsd import EXCHANGE_FOLDS
 from sequant_eval.cli import main
+from sequant_eval.expr.exchange import fold_exchange
 from sequant_eval.expr.spintrace import spin_trace
 
 from tests.expr.test_spintrace import O, V, _blocks, _spatial_tensors
@@ -85,11 +88,21 @@ def test_a_differently_written_spin_orbital_text_traces_to_the_same_equations(se
         assert np.allclose(got[name], ref[name], rtol=1e-12, atol=1e-12 * np.abs(ref[name]).max())
 
 
+def test_the_packaged_fold_is_the_fold_of_the_closed_shell_file():
+    """``ccsd_cs_folded.txt`` (what RCCSD reads) is ``fold_exchange`` of ``ccsd_cs.txt``,
+    as text byte for byte and as parsed equations."""
+    assert derive.FOLDED_PATH.read_text(encoding="utf-8") == derive.folded_text()
+    assert closed_shell_folded_equations() == fold_exchange(closed_shell_equations(),
+                                                            EXCHANGE_FOLDS)
+
+
 def test_regenerate_writes_both_files(tmp_path, monkeypatch):
     so = derive.DATA_PATH.read_text(encoding="utf-8")
     monkeypatch.setattr(derive, "derive_ccsd_text", lambda: so)
     assert derive.regenerate(tmp_path / "ccsd_so.txt") == so
     assert (tmp_path / "ccsd_cs.txt").read_text(encoding="utf-8") == closed_shell_text()
+    assert (tmp_path / "ccsd_cs_folded.txt").read_text(encoding="utf-8") == \
+        derive.FOLDED_PATH.read_text(encoding="utf-8")
 
 
 def test_regen_check_compares_both_files(monkeypatch, capsys):
@@ -99,9 +112,15 @@ def test_regen_check_compares_both_files(monkeypatch, capsys):
     monkeypatch.setattr(derive, "derive_ccsdt_text", lambda: triples)   # its own test is slow
     assert main(["regen-equations", "--check"]) == 0
     assert "up to date" in capsys.readouterr().out
-    monkeypatch.setattr(derive, "closed_shell_text", lambda text=None: "stale\n")
+    closed = derive.CLOSED_SHELL_PATH.read_text(encoding="utf-8")
+    monkeypatch.setattr(derive, "closed_shell_text", lambda text=None: closed + "# stale\n")
     assert main(["regen-equations", "--check"]) == 1
-    assert "ccsd_cs.txt differs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ccsd_cs.txt differs" in out and "ccsd_cs_folded.txt" not in out
+    monkeypatch.setattr(derive, "closed_shell_text", lambda text=None: closed)
+    monkeypatch.setattr(derive, "folded_text", lambda text=None: "stale\n")
+    assert main(["regen-equations", "--check"]) == 1
+    assert "ccsd_cs_folded.txt differs" in capsys.readouterr().out
 
 
 @pytest.mark.slow
