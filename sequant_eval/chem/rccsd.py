@@ -40,7 +40,7 @@ CLOSED_SHELL_SYMMETRIES = {"symmetric": ("f", "g", "L", "t1", "t2", "u2"),
 
 #: Flops of the vvvv ladder (2 o² v⁴) from which the default finds intermediates. Measured
 #: (Intel Xeon, 2 cores): H2O/cc-pVDZ (6.5e6) the same residual time either way (8.8 ms)
-#: and a first run 0.2–0.35 s slower with them (the merge search); (H2O)2 (1.1e9) a
+#: and a first run 0.2–0.35 s slower with them (the merge search); (H2O)2 (4.2e8) a
 #: residual of 58 ms against 88 ms without.
 FACTOR_FROM = 1e8
 

@@ -102,7 +102,7 @@ def _method(args: argparse.Namespace, mf):
     if args.max_memory is not None:
         options["max_memory"] = args.max_memory
     if args.method == "ccsdt":
-        return CCSDT(mf, **options)
+        return CCSDT(mf, intermediates=args.intermediates, **options)
     return CCSD(mf, spin_orbital=True if args.spin_orbital else None,
                 integrals_on_disk=args.integrals_on_disk,
                 intermediates=args.intermediates, **options)
@@ -347,13 +347,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = p.add_mutually_exclusive_group()
     found.add_argument("--intermediates", dest="intermediates", action="store_const",
                        const=True, default=None,
-                       help="closed shell: evaluate with common-factor intermediates even on "
-                            "a small system (by default from 1e8 flops of the vvvv ladder)")
+                       help="closed shell and unrestricted: evaluate with common-factor "
+                            "intermediates (the closed shell's default finds them from 1e8 "
+                            "flops of the vvvv ladder up)")
     found.add_argument("--no-intermediates", dest="intermediates", action="store_const",
                        const=False,
-                       help="closed shell: evaluate the plain equations in one program "
-                            "instead of with common-factor intermediates (more flops, less "
-                            "held memory)")
+                       help="closed shell and unrestricted: evaluate the plain equations "
+                            "in one program instead of with common-factor intermediates "
+                            "(more flops, less held memory)")
     p.add_argument("--backend", default="numpy", choices=["numpy"])
     p.add_argument("--budget", default=None,
                    help="memory budget: bytes (25e6, 25MB, 4GiB) or a share of the unbatched "

@@ -83,6 +83,7 @@ class TermDP:
         self._oext: list[bool] = []           # per open: external kind
         self._obatches: list[int] = []        # per open: batches of its loop
         self._footprints: dict[tuple[int, int], int] = {}
+        self._full_sizes: dict[int, tuple] = {}   # per node: its labels' unsliced sizes
         self._full_flops: dict[int, int] = {}
         self._menu: dict[int, tuple[list[int], list[int]]] = {}   # node → (contracted, external)
 
@@ -112,7 +113,9 @@ class TermDP:
         got = self._footprints.get(key)
         if got is None:
             labels = self.tree.nodes[n].labels
-            full = self.sizer.regime.label_sizes(labels)
+            full = self._full_sizes.get(n)
+            if full is None:
+                full = self._full_sizes[n] = self.sizer.regime.label_sizes(labels)
             sizes = [self.sizer.block(ix) if self._bit[ix] & sliced else x
                      for ix, x in zip(labels, full)]
             got = self._footprints[key] = footprint_bytes(sizes, self.sizer.itemsize)

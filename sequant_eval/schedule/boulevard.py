@@ -237,6 +237,17 @@ class _Checker:
             self.members[r].append(l)
         root = self.root
         self.edges = sorted({(root[a], root[b]) for a, b in self.pairs})
+        self.class_forms: dict[int, frozenset[int]] = {}
+
+    def _forms_of(self, r: int) -> frozenset[int]:
+        """The forms involving a loop of class ``r`` in the current state (remembered until
+        a fusion is kept: most trials re-read the same large classes)."""
+        got = self.class_forms.get(r)
+        if got is None:
+            uses = self.uses
+            got = self.class_forms[r] = frozenset(
+                fid for l in self.members[r] for fid in uses.get(l, ()))
+        return got
 
     def violates(self, uf: _UnionFind, trial: _UnionFind, pairs) -> bool:
         """``_violates(forms, loops, trial)`` for ``trial``: ``uf`` with ``pairs`` united."""
@@ -250,8 +261,7 @@ class _Checker:
                 new = f(r)
                 if new != r:
                     merged[r] = new
-        changed = [l for r in merged for l in self.members[r]]
-        touched = sorted({fid for l in changed for fid in self.uses.get(l, ())})
+        touched = sorted(frozenset().union(*(self._forms_of(r) for r in merged)))
         forms = self.forms
         for fid in touched:                                          # (a)
             form = forms[fid]

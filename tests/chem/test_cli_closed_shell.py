@@ -160,3 +160,13 @@ def test_ccsd_t_of_an_open_shell_runs_the_unrestricted_triples(capsys):
     ref.conv_tol, ref.conv_tol_normt = 1e-10, 1e-8
     ref.kernel()
     assert abs(float(m.group(1)) - ref.ccsd_t()) < 1e-9
+
+
+def test_intermediates_are_refused_for_ccsdt(capsys):
+    """``--intermediates`` reaches CCSDT, which evaluates its plain equations: a one-line
+    error naming the way out, exit status 2, before any iteration."""
+    assert main(["ccsd", "--atom", WATER, "--basis", "sto-3g", "--method", "ccsdt",
+                 "--intermediates"]) == 2
+    captured = capsys.readouterr()
+    assert "intermediates=True is for closed-shell CCSD" in captured.err
+    assert "cycle" not in captured.out
