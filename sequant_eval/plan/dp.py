@@ -23,7 +23,7 @@ from .profile import Profile, held_upto, leaf_profile, node_profile
 from .regime import footprint_bytes
 from .sizes import Sizer
 
-__all__ = ["Candidate", "TermDP", "prefix_for", "walk_first"]
+__all__ = ["Candidate", "TermDP", "prefix_for", "walk_first", "problem_key", "relabelled"]
 
 Config = tuple[tuple[int, tuple[Open, ...], int], ...]   # (node, opens, first child)
 
@@ -49,6 +49,31 @@ def prefix_for(chain: tuple[Open, ...], labels: frozenset[Index]) -> tuple[Open,
         if chain[k].label in labels:
             return chain[: k + 1]
     return ()
+
+
+def problem_key(tree: TermTree) -> tuple | None:
+    """What a term's DP depends on, up to a renaming of its labels that keeps their order:
+    the tree's shape and each node's label set, a label spelled as its rank among the
+    tree's labels and its space. Two trees with the same key have the same Pareto set, the
+    labels in the loops it opens renamed rank for rank (``relabelled``): the DP reads labels
+    only as sets, in sorted order, and by their spaces' extents. None where a label is
+    composite (its size is a power mean over its protos, which the key does not hold)."""
+    labels = sorted({ix for node in tree.nodes for ix in node.labels})
+    if any(ix.protos for ix in labels):
+        return None
+    rank = {ix: k for k, ix in enumerate(labels)}
+    return (tree.root, tuple((frozenset((rank[ix], ix.space) for ix in node.labels),
+                              node.children) for node in tree.nodes))
+
+
+def relabelled(cands: list[Candidate], old: TermTree, new: TermTree) -> list[Candidate]:
+    """``old``'s Pareto set as ``new``'s (same ``problem_key``): each opened loop's label
+    replaced by the label of the same rank in ``new``."""
+    rename = dict(zip(sorted({ix for node in old.nodes for ix in node.labels}),
+                      sorted({ix for node in new.nodes for ix in node.labels})))
+    return [Candidate(c.profile, tuple((n, tuple(Open(rename[o.label], o.kind) for o in opens),
+                                        first) for n, opens, first in c.config), c.nloops)
+            for c in cands]
 
 
 def walk_first(tree: TermTree, n: int) -> int:

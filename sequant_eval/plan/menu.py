@@ -2,7 +2,8 @@
 measured once.
 
 The per-term DP's Pareto set does not depend on the budget; only the choice among its
-realizations does. A ``TermMenu`` keeps them in order of preference (fewest flops, then
+realizations does, and terms that pose the same DP problem up to their labels' names
+(``dp.problem_key``: the (T) energy's 232 products pose 93) share one solution. A ``TermMenu`` keeps them in order of preference (fewest flops, then
 fewer loops, then lower model peak) and answers a budget with the first one whose model
 peak is within twice the budget and whose exact peak (the term scheduled alone) fits,
 else the least-peak one if it fits. The exact peak of a realization is measured when a
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..forest.values import TermTree
-from .dp import Candidate, TermDP, walk_first
+from .dp import Candidate, TermDP, problem_key, relabelled, walk_first
 from .policy import BatchPolicy
 from .sizes import Sizer
 
@@ -29,11 +30,13 @@ class TermMenu:
     """The realizations of one term tree under one policy (its budget aside)."""
 
     def __init__(self, value: int, tree: TermTree, sizer: Sizer, policy: BatchPolicy,
-                 realize: Callable[[int, dict, object, int], Realized]) -> None:
+                 realize: Callable[[int, dict, object, int], Realized],
+                 solved: dict | None = None) -> None:
         self.value = value
         self.tree = tree
         self.policy = policy
         self._realize = realize
+        self._solved = solved                 # problem key → (tree, Pareto set), shared
         self.dp = TermDP(tree, sizer, policy)
         self.default_config = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
                                if node.children}
@@ -58,13 +61,25 @@ class TermMenu:
 
     def _solve(self) -> list[Candidate]:
         if self._cands is None:
-            cands = sorted(self.dp.solve(self.tree.root),
+            cands = sorted(self._pareto_set(),
                            key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
             least = min(cands, key=lambda c: (c.peak, c.profile.flops))
             self._least = next(k for k, c in enumerate(cands) if c is least)
             self._cands = cands
             self.dp.memo.clear()          # the inner Pareto sets are not needed again
         return self._cands
+
+    def _pareto_set(self) -> list[Candidate]:
+        """The DP's Pareto set of the whole tree, or another term's of the same problem
+        (``problem_key``) renamed to this one's labels."""
+        key = problem_key(self.tree) if self._solved is not None else None
+        if key is None:
+            return self.dp.solve(self.tree.root)
+        got = self._solved.get(key)
+        if got is None:
+            got = self._solved[key] = (self.tree, self.dp.solve(self.tree.root))
+            return got[1]
+        return relabelled(got[1], got[0], self.tree)
 
     def realized(self, k: int) -> Realized:
         """Candidate ``k`` (in order of preference) as a term plan with its exact peak."""

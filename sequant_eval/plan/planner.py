@@ -98,12 +98,14 @@ class TermPlanner:
     Candidates are then tried in order of preference until one truly fits. ``menus``
     (term value → TermMenu) may be shared by planners of the same forest, regime and
     policy that differ only in the budget: the DP and every exact peak are then computed
-    once for all of them.
+    once for all of them; ``solved`` (shared the same way) holds each distinct DP problem's
+    Pareto set, so terms that differ only in their labels' names solve it once.
     """
 
     def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
                  exact: ExactPeak | None = None, progress=None,
-                 menus: dict[int, TermMenu] | None = None) -> None:
+                 menus: dict[int, TermMenu] | None = None,
+                 solved: dict | None = None) -> None:
         self.progress = progress
         self.forest = forest
         self.extents = extents
@@ -111,6 +113,7 @@ class TermPlanner:
         self.sizer = Sizer(extents, policy)
         self.exact = exact
         self.menus: dict[int, TermMenu] = {} if menus is None else menus
+        self.solved: dict = {} if solved is None else solved
 
     @property
     def min_peak(self) -> dict[int, int]:
@@ -122,7 +125,7 @@ class TermPlanner:
         got = self.menus.get(value)
         if got is None:
             got = self.menus[value] = TermMenu(value, self.forest.trees[value], self.sizer,
-                                               self.policy, self._realize)
+                                               self.policy, self._realize, self.solved)
         return got
 
     def _realize(self, value: int, config: dict, prof, base_flops: int):

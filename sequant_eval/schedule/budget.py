@@ -64,6 +64,7 @@ class _Fitting:
         self.origin = forest             # the forest asked about (``forest`` may be turned)
         self.exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
         self.menus: dict[int, TermMenu] = {}
+        self.solved: dict = {}                           # DP problem → Pareto set
         self.verdicts: dict[tuple, _Verdict] = {}
         self.prepared: dict[tuple, tuple | None] = {}    # plan → what slicing makes of it
         self.kept: dict[tuple, ScheduleAnalysis] = {}    # the latest analyses, by plan
@@ -75,7 +76,7 @@ class _Fitting:
         """A planner under ``policy`` (this one's but for the budget) that shares this
         forest's term menus."""
         return TermPlanner(self.forest, self.extents, policy, self.exact, progress,
-                           self.menus)
+                           self.menus, self.solved)
 
     def prepare(self, plan: BatchPlan) -> BatchPlan:
         """A planned forest as this fitting schedules it: leaves fetched per term, and the

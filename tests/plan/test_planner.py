@@ -65,3 +65,32 @@ def test_infeasible_budget_names_the_smallest_feasible_one(unbatched):
     # the named minimum really is feasible, for the whole forest
     rep = se.analyze(ccsd_equations(), WATER, budget=err.minimum)
     assert rep.peak_bytes <= err.minimum
+
+
+def test_terms_of_one_dp_problem_share_its_pareto_set():
+    """Terms whose trees differ only in their labels' names (``problem_key``) solve the DP
+    once; oracle: each term's own DP (``TermDP.solve``, nothing shared), candidate for
+    candidate, with the loops it opens in that term's labels. ``S`` is ``R`` with every
+    label renamed (order kept) and ``X`` read with its bra swapped (so the forest cannot
+    intern the two; the DP reads node labels as sets): one problem, ``S``'s set ``R``'s
+    renamed; loops do open (a tight policy), so a copy left in ``R``'s labels would
+    differ."""
+    from sequant_eval.expr import parse
+    from sequant_eval.forest import build_forest
+    from sequant_eval.plan.dp import TermDP
+    from sequant_eval.plan.planner import TermPlanner
+
+    text = ("R{a_1;i_1} = X{a_1,a_2;i_1,i_2} * Y{a_2,a_3;i_2,i_3} * V{a_3;i_3}\n"
+            "S{a_5;i_5} = X{a_6,a_5;i_5,i_6} * Y{a_6,a_7;i_6,i_7} * V{a_7;i_7}\n")
+    ext = {"i": 6, "a": 10}
+    forest = build_forest(tuple(parse(text)), ext)
+    policy = BatchPolicy.everything(1, ext)
+    planner = TermPlanner(forest, ext, policy)
+    sets = []
+    for value in sorted(forest.trees):
+        tree = forest.trees[value]
+        got = planner.menu(value)._pareto_set()
+        assert repr(got) == repr(TermDP(tree, planner.sizer, policy).solve(tree.root)), value
+        sets.append(got)
+    assert len(forest.trees) == 2 and len(planner.solved) == 1
+    assert any(c.config for c in sets[0]) and repr(sets[0]) != repr(sets[1])
