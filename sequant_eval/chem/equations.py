@@ -14,7 +14,8 @@ from importlib import resources
 from ..expr import Equation, parse
 
 __all__ = ["ccsd_text", "ccsd_equations", "closed_shell_text", "closed_shell_equations",
-           "closed_shell_folded_equations", "unrestricted_text", "unrestricted_equations", "ccsdt_text", "ccsdt_equations"]
+           "closed_shell_folded_equations", "unrestricted_text", "unrestricted_equations",
+           "ccsdt_text", "ccsdt_equations"]
 
 
 def ccsd_text() -> str:

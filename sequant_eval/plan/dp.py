@@ -326,9 +326,8 @@ def _pairings(lu: list[tuple], lv: list[tuple], depth: int, accs: tuple[int, ...
               default_first: int) -> list[tuple]:
     """Every pairing of the children's realizations (their ``_levels``) at a node, child
     ``u`` run first and child ``v`` run first (``combine_held``'s rule, both orders from
-    one pass), as
-    ``(flops, loops, peak, pk, hold, res, config)`` in the order the DP lists them: the
-    default order's pairings, then the other's. A pairing in the other order whose every
+    one pass), as ``(flops, loops, peak, pk, hold, res, config)`` in the order the DP lists
+    them: the default order's pairings, then the other's. A pairing in the other order whose every
     level's peak is no lower than the same pairing's in the default order is left out:
     it ties that twin in flops, loops, holds and result and sorts after it, so the Pareto
     filter would drop it."""

@@ -3,10 +3,11 @@ measured once.
 
 The per-term DP's Pareto set does not depend on the budget; only the choice among its
 realizations does, and terms that pose the same DP problem up to their labels' names
-(``dp.problem_key``: the (T) energy's 232 products pose 93) share one solution. A ``TermMenu`` keeps them in order of preference (fewest flops, then
-fewer loops, then lower model peak) and answers a budget with the first one whose model
-peak is within twice the budget and whose exact peak (the term scheduled alone) fits,
-else the least-peak one if it fits. The exact peak of a realization is measured when a
+(``dp.problem_key``: the (T) energy's 232 products pose 93) share one solution. A
+``TermMenu`` keeps them in order of preference (fewest flops, then fewer loops, then lower
+model peak) and answers a budget with the first one whose model peak is within twice the
+budget and whose exact peak (the term scheduled alone) fits, else the least-peak one if
+it fits. The exact peak of a realization is measured when a
 budget first needs it and reused by every later budget, so a fitter that probes many
 budgets pays the DP and each exact peak once.
 """
