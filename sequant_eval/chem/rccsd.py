@@ -11,8 +11,7 @@ with what is held. ``intermediates=False`` evaluates the plain equations in one 
 the default drops the intermediates for small systems (below ``FACTOR_FROM`` flops of the
 vvvv ladder finding them costs more than they save in a whole run), when a budget cannot
 hold them, and out of core (a few o²v² arrays held between stages would defeat the lean
-solver). ``t2`` is the αβ
-amplitude, as in ``pyscf.cc.CCSD``.
+solver). ``t2`` is the αβ amplitude, as in ``pyscf.cc.CCSD``.
 """
 from __future__ import annotations
 
