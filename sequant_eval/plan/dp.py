@@ -51,6 +51,11 @@ def prefix_for(chain: tuple[Open, ...], labels: frozenset[Index]) -> tuple[Open,
     return ()
 
 
+def tree_labels(tree: TermTree) -> list[Index]:
+    """Every label of the tree's nodes, once each, in sorted order."""
+    return sorted({ix for node in tree.nodes for ix in node.labels})
+
+
 def problem_key(tree: TermTree) -> tuple | None:
     """What a term's DP depends on, up to a renaming of its labels that keeps their order:
     the tree's shape and each node's label set, a label spelled as its rank among the
@@ -58,7 +63,7 @@ def problem_key(tree: TermTree) -> tuple | None:
     labels in the loops it opens renamed rank for rank (``relabelled``): the DP reads labels
     only as sets, in sorted order, and by their spaces' extents. None where a label is
     composite (its size is a power mean over its protos, which the key does not hold)."""
-    labels = sorted({ix for node in tree.nodes for ix in node.labels})
+    labels = tree_labels(tree)
     if any(ix.protos for ix in labels):
         return None
     rank = {ix: k for k, ix in enumerate(labels)}
@@ -69,8 +74,7 @@ def problem_key(tree: TermTree) -> tuple | None:
 def relabelled(cands: list[Candidate], old: TermTree, new: TermTree) -> list[Candidate]:
     """``old``'s Pareto set as ``new``'s (same ``problem_key``): each opened loop's label
     replaced by the label of the same rank in ``new``."""
-    rename = dict(zip(sorted({ix for node in old.nodes for ix in node.labels}),
-                      sorted({ix for node in new.nodes for ix in node.labels})))
+    rename = dict(zip(tree_labels(old), tree_labels(new)))
     return [Candidate(c.profile, tuple((n, tuple(Open(rename[o.label], o.kind) for o in opens),
                                         first) for n, opens, first in c.config), c.nloops)
             for c in cands]
@@ -99,8 +103,7 @@ class TermDP:
         self.external = self.labels[tree.root]
         self.memo: dict[tuple[int, tuple[int, ...]], list[Candidate]] = {}
         self._level_memo: dict[tuple, list[tuple]] = {}
-        every = sorted({ix for node in tree.nodes for ix in node.labels})
-        self._bit = {ix: 1 << k for k, ix in enumerate(every)}
+        self._bit = {ix: 1 << k for k, ix in enumerate(tree_labels(tree))}
         self._mask = [self._mask_of(node.labels) for node in tree.nodes]
         self._opens: list[Open] = []
         self._open_id: dict[Open, int] = {}
