@@ -47,6 +47,16 @@ class StagedReport:
         return max(r.peak_bytes + h for r, h in zip(self.stages, self.held_bytes))
 
     @property
+    def program_bytes(self) -> int:
+        """The stages' program reserves, all charged to a budget at once (0 unbudgeted)."""
+        return sum(r.program_bytes for r in self.stages)
+
+    @property
+    def total_bytes(self) -> int:
+        """What the budget bounds: the peak plus every stage's program reserve."""
+        return self.peak_bytes + self.program_bytes
+
+    @property
     def binding_stage(self) -> int:
         """The stage where :attr:`peak_bytes` is reached (the first, on a tie)."""
         totals = [r.peak_bytes + h for r, h in zip(self.stages, self.held_bytes)]

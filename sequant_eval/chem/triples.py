@@ -50,19 +50,25 @@ from typing import Any
 import numpy as np
 
 from ..api import Evaluator
+from ..api.staged import StagedReport
 from ..budget import Budget
-from ..errors import ShapeMismatch, UnsupportedFeature
+from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature
 from ..expr import parse
 from ..expr.printer import format_equation
 from ..expr.spin_integrate import spin_integrate
 from .denominators import OrbitalDenominator
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
-           "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES"]
+           "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES", "FACTORED_FILES",
+           "factored_text", "factored_equations"]
 
 #: The packaged (T) energy file of each kind of reference orbitals.
 TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt",
                  "unrestricted": "ccsd_t_u.txt"}
+#: The packaged factored (T) energy of the kinds that have one: the triples made whole,
+#: once, as intermediates (evaluated in stages), then one product.
+FACTORED_FILES = {"closed-shell": "ccsd_t_cs_factored.txt",
+                  "spin-orbital": "ccsd_t_so_factored.txt"}
 
 _HEADER = """\
 # Closed-shell (RHF) (T) energy of CCSD(T) over spatial orbitals (canonical orbitals).
@@ -224,6 +230,90 @@ def _so_products() -> list[tuple[Fraction, str]]:
     return _folded(products, text)
 
 
+_FACTORED_HEADER = """\
+# {title} (T) energy of CCSD(T), factored: the triples are intermediates,
+# each made whole once (o^3 v^3), and the energy is one product (evaluated in stages).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`
+# (sequant_eval/chem/triples.py writes it from the pieces of {products}).
+#
+{formula}
+# Tensors and layouts as in {products}.
+"""
+
+_FACTORED_FORMULA = {
+    "closed-shell": """\
+# ET = 2 sum W * D3 * Z, with W the connected triples w, X = W + v/2,
+#   Y = P6 X (the six joint permutations of the pairs (i_1,a_1), (i_2,a_2), (i_3,a_3)),
+#   Z = r3 Y (the six permutations of the virtual labels, weighted 4, 1 or -2).""",
+    "spin-orbital": """\
+# ET = 1/4 sum X * D3 * Y, with C the connected triples c, X = C + d,
+#   Y = P9 C, P9 = (1 - P(i_1,i_2) - P(i_1,i_3)) (1 - P(a_1,a_2) - P(a_1,a_3)).""",
+}
+
+
+def _signed(pieces: list[tuple[Fraction, str]]) -> str:
+    """``pieces`` (weight, product) as the right-hand side of an equation."""
+    out = []
+    for c, t in pieces:
+        mag = abs(Fraction(c))
+        number = "" if mag == 1 else (str(mag.numerator) if mag.denominator == 1
+                                      else f"{mag.numerator}/{mag.denominator}")
+        out.append(f"{'-' if c < 0 else '+'} {number} {t}".replace("  ", " "))
+    return " ".join(out).removeprefix("+ ")
+
+
+def _factored_lines(kind: str) -> list[str]:
+    """The factored equations of ``kind``, one string each (see ``_FACTORED_FORMULA``)."""
+    def at(o, v) -> str:
+        return f"{','.join(o)};{','.join(v)}"
+
+    base = at(_O, _V)
+    perms = list(itertools.permutations(range(3)))
+    if kind == "closed-shell":
+        half = [(Fraction(s, 2), t) for s, t in _v(_O, _V)]
+        return [
+            f"W{{{base}}} = " + _signed(_w(_O, _V, 4)),
+            f"X{{{base}}} = " + _signed([(1, f"W{{{base}}}")] + half),
+            f"Y{{{base}}} = " + _signed([(1, f"X{{{at([_O[k] for k in p], [_V[k] for k in p])}}}")
+                                         for p in perms]),
+            f"Z{{{base}}} = " + _signed([(_r3_weight(p), f"Y{{{at(_O, [_V[k] for k in p])}}}")
+                                         for p in perms]),
+            f"ET = 2 W{{{base}}} * D3{{{base}}} * Z{{{base}}}"]
+    swaps = ((0, 1, 2), (1, 0, 2), (2, 1, 0))       # 1, P(x_1,x_2), P(x_1,x_3)
+    nine = [((1 if po == swaps[0] else -1) * (1 if pv == swaps[0] else -1),
+             f"C{{{at([_O[k] for k in po], [_V[k] for k in pv])}}}")
+            for po in swaps for pv in swaps]
+    return [f"C{{{base}}} = " + _signed(_so_c(_O, _V, 4)),
+            f"X{{{base}}} = " + _signed([(1, f"C{{{base}}}")] + _so_d(_O, _V)),
+            f"Y{{{base}}} = " + _signed(nine),
+            f"ET = 1/4 X{{{base}}} * D3{{{base}}} * Y{{{base}}}"]
+
+
+def factored_text(kind: str = "closed-shell") -> str:
+    """The text of the packaged factored (T) file of ``kind`` (:data:`FACTORED_FILES`):
+    the same energy as :func:`triples_text`'s products, the triples made once as
+    intermediates; deterministic, byte for byte."""
+    if _kind(kind) not in FACTORED_FILES:
+        raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals; the kinds "
+                                 f"with one are {', '.join(FACTORED_FILES)}")
+    eqs = [parse(line)[0] for line in _factored_lines(kind)]
+    title = {"closed-shell": "Closed-shell (RHF)", "spin-orbital": "Spin-orbital"}[kind]
+    header = _FACTORED_HEADER.format(title=title, products=TRIPLES_FILES[kind],
+                                     formula=_FACTORED_FORMULA[kind])
+    return header + "\n" + "".join(format_equation(eq, one_term_per_line=True, indent="    ")
+                                   + "\n" for eq in eqs)
+
+
+@lru_cache(maxsize=len(FACTORED_FILES))
+def factored_equations(kind: str = "closed-shell"):
+    """The packaged factored (T) equations of ``kind``, parsed once."""
+    if _kind(kind) not in FACTORED_FILES:
+        raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals")
+    text = resources.files("sequant_eval.chem").joinpath(
+        "data", FACTORED_FILES[kind]).read_text(encoding="utf-8")
+    return tuple(parse(text))
+
+
 def _kind(kind: str) -> str:
     if kind not in TRIPLES_FILES:
         raise UnsupportedFeature(f"no (T) energy for orbitals of kind {kind!r}; the kinds are "
@@ -270,12 +360,33 @@ class TriplesResult:
 
 
 def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
-                      kind: str = "closed-shell") -> Evaluator:
-    """The (T) energy's evaluator at the extents of ``ints``: ``budget`` (bytes, text or a
-    share, as everywhere) bounds it, the o³v³ triples batched to fit; without one,
-    ``max_memory`` (MB, PySCF's) does once the unbatched evaluation would exceed it."""
-    eqs, extents = triples_equations(kind), dict(ints.extents)
+                      kind: str = "closed-shell"):
+    """The (T) energy's evaluator at the extents of ``ints``, under ``budget`` (bytes, text
+    or a share, as everywhere) or, without one, ``max_memory`` (MB, PySCF's) once the
+    unbatched evaluation would exceed it.
+
+    Where the factored form (:func:`factored_text`: the triples made whole once, then one
+    product) fits the budget whole, that is evaluated: a few passes over the triples
+    instead of one per product. Otherwise, or for a kind without one, the products
+    (:func:`triples_text`), batched so the o³v³ values are never whole; a share is of the
+    products' unbatched peak."""
+    extents = dict(ints.extents)
     chosen = Budget.parse(budget)
+    if kind in FACTORED_FILES and chosen.share is None:
+        factored = Evaluator(factored_equations(kind), extents)
+        need = factored.analyze().peak_bytes
+        if chosen.unlimited:
+            cap = Budget.megabytes(max_memory) if max_memory is not None else chosen
+            if cap.unlimited or need <= cap.fixed:
+                return factored
+        elif need <= chosen.fixed:
+            try:
+                staged = Evaluator(factored_equations(kind), extents, budget=chosen)
+                staged.analyze()                    # every stage planned: it fits
+                return staged
+            except InfeasibleBudget:                # not with the programs on top
+                pass
+    eqs = triples_equations(kind)
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
         if not cap.unlimited and Evaluator(eqs, extents, share_subproducts=True).analyze(
@@ -337,5 +448,8 @@ def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
     ev = triples_evaluator(ints, budget, max_memory, kind)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
-    return TriplesResult(float(out["ET"]), report, meter,
-                         None if ev.policy is None else ev.policy.budget)
+    if isinstance(report, StagedReport):             # the factored form
+        budget_bytes = report.budget_bytes
+    else:
+        budget_bytes = None if ev.policy is None else ev.policy.budget
+    return TriplesResult(float(out["ET"]), report, meter, budget_bytes)

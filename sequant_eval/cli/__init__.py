@@ -194,6 +194,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
     text = derive.derive_ccsd_text()
     made = {derive.DATA_PATH.with_name(name): triples.triples_text(kind)
             for kind, name in triples.TRIPLES_FILES.items()}
+    made.update({derive.DATA_PATH.with_name(name): triples.factored_text(kind)
+                 for kind, name in triples.FACTORED_FILES.items()})
     if args.check:
         closed = derive.closed_shell_text(text)
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: closed,
