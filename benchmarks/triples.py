@@ -11,10 +11,12 @@ PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; ev
 timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
 again, loads the amplitudes and times the (T) step only:
 
-  ours     ccsd_t_energy(ints, t1, t2, budget, kind): the packaged closed-shell or
-           unrestricted energy (232 products each, sub-products shared) on the
-           evaluator, first call (planning included) and a second call in the same
-           process (the fit remembered), the integrals transformed before the clock
+  ours     ccsd_t_energy(ints, t1, t2, budget, kind): unbudgeted (or where it fits)
+           the factored closed-shell energy (the triples made whole once, in stages),
+           else the packaged products (232 each, closed-shell or unrestricted,
+           sub-products shared, batched) on the evaluator; first call (planning
+           included) and a second call in the same process (the fit remembered), the
+           integrals transformed before the clock
   pyscf    pyscf.cc.ccsd_t.kernel (C with OpenMP, a >= b >= c) for an RHF,
            pyscf.cc.uccsd_t.kernel (NumPy einsum over the α/β blocks) for a UHF, the
            ERIs transformed before the clock starts

@@ -47,4 +47,4 @@ class OrbitalDenominator:
             shape = [1] * len(spaces)
             shape[k] = e.size
             total = total + (e if s in self.occupied else -e).reshape(shape)
-        return 1.0 / total
+        return np.divide(1.0, total, out=total)     # in place: one block held, not two

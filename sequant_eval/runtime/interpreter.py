@@ -135,8 +135,14 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
                 busy.pop()
             del ranges[loop]
 
-    with ex.session():
-        walk(prog.root)
+    try:
+        with ex.session():
+            walk(prog.root)
+    finally:
+        # ``walk`` is recursive: its closure holds itself, and through ``run`` the arrays
+        # (``out``) and the inputs. Clearing the names breaks that cycle, so nothing of this
+        # evaluation outlives it waiting for the garbage collector.
+        del walk, run
     pool = getattr(backend, "pool_bytes", lambda: 0)()
     return {r: out[r] for r in prog.root_nodes()}, book.meter(backend.name, pool)
 

@@ -267,6 +267,36 @@ def test_a_worker_killed_mid_run_is_retried_and_the_result_is_exact(client, arra
     assert set(client.run(os.getpid).values()) != set(pids.values())
 
 
+def test_inputs_lost_with_their_workers_are_sent_again(client, arrays, reference,
+                                                       monkeypatch):
+    """When the data the client scattered is gone (a worker died holding it, and the
+    scheduler cancels every future reading it: "already forgotten"), the run sends the
+    inputs again and reruns the tasks that failed so: the result is exact. The loss is
+    made deterministic here: the run's own scattered inputs are cancelled as soon as the
+    first task's result is in."""
+    from sequant_eval.runtime.cluster import run as cluster_run
+
+    sent = []
+    send = cluster_run._Run.send_inputs
+
+    def recording(self):
+        got = send(self)
+        sent.append(got)
+        return got
+
+    monkeypatch.setattr(cluster_run._Run, "send_inputs", recording)
+
+    def progress(what, done, total):
+        if what == "cluster tasks" and len(sent) == 1:
+            shared, bundle = sent[0]
+            client.cancel([shared] + list(bundle.values()), force=True)
+
+    ev = se.Evaluator(ccsd_equations(), EXT, budget="25%", progress=progress)
+    out = ev.evaluate(arrays, client=client)
+    assert len(sent) >= 2                       # sent again after the loss
+    _close(out, reference)
+
+
 def _worker_addresses(dask_scheduler) -> list[str]:
     return list(dask_scheduler.workers)
 

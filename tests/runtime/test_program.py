@@ -231,6 +231,33 @@ def test_program_bytes_hardly_grow_as_the_budget_shrinks(top):
     assert half <= PROGRAM_BYTES_PER_NODE * half_nodes
 
 
+def test_nothing_of_an_evaluation_outlives_its_results(arrays, top):
+    """With the garbage collector off, the arrays an evaluation made are freed as soon as
+    its results are dropped: no reference cycle (a recursive walk's closure) holds the
+    executor's arrays until a collection that, in a loop of evaluations with no planning
+    between them, may not come before the next evaluation peaks (seen as one extra o³v³
+    array in the second of two (T) evaluations). The evaluator's last meter and kernel
+    plans are kept on purpose; they hold no array buffers."""
+    ev = se.Evaluator(ccsd_equations(), EXT, budget=0.1 * top)
+    ev.evaluate(arrays)                         # the program and kernel plans made
+    gc.collect()
+    gc.disable()
+    arrays_only = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]
+    try:
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot().filter_traces(arrays_only)
+        out = ev.evaluate(arrays)
+        made = sum(x.nbytes for x in out.values())
+        del out
+        after = tracemalloc.take_snapshot().filter_traces(arrays_only)
+        tracemalloc.stop()
+    finally:
+        gc.enable()
+    left = sum(st.size_diff for st in after.compare_to(before, "filename"))
+    assert made > 1_000_000
+    assert left < 0.01 * made, (left, made)    # array buffers (NumPy's domain) only
+
+
 def test_kernel_plans_stay_within_their_share(arrays, top):
     """The NumPy backend keeps each contraction's first plan and at most the program's
     plan cap more (one per contraction), however many batch shapes the loops make: two

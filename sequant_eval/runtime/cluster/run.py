@@ -252,12 +252,25 @@ class _Run:
 
     def go(self, tensors):
         start = time.perf_counter()
+        self.tensors = tensors
+        self.inputs = self.send_inputs()
+        self.local(self.part.pre)
+        for block in self.part.blocks:
+            self.block(block)
+        results = {name: self.held[g] for name, g in self.part.results.items()}
+        meter = ClusterMeter(self.plan, tuple(self.records), self.client_peak, self.flops,
+                             time.perf_counter() - start)
+        return results, meter
+
+    def send_inputs(self) -> tuple:
+        """The forest and the inputs, broadcast to the workers: ``(shared, bundle)``."""
         c = self.client
         try:
             shared = c.scatter(_Shared(self.part.forest, dict(self.source.extents),
                                        self.source.dtype(), self.part.token),
                                broadcast=True, hash=False)
-            bundle = ship_inputs(tensors, lambda a: c.scatter(a, broadcast=True, hash=False))
+            bundle = ship_inputs(self.tensors,
+                                 lambda a: c.scatter(a, broadcast=True, hash=False))
         except DistributedError:
             raise
         except Exception as err:
@@ -265,13 +278,7 @@ class _Run:
                 f"could not send the inputs to the workers ({type(err).__name__}: {err}); "
                 f"give tensors the workers can read: NumPy arrays, h5py datasets, np.memmap, "
                 f"zarr arrays or a picklable provider(spaces, ranges)") from err
-        self.local(self.part.pre)
-        for block in self.part.blocks:
-            self.block(block, shared, bundle)
-        results = {name: self.held[g] for name, g in self.part.results.items()}
-        meter = ClusterMeter(self.plan, tuple(self.records), self.client_peak, self.flops,
-                             time.perf_counter() - start)
-        return results, meter
+        return shared, bundle
 
     def local(self, seg: Segment) -> None:
         """A client step; then drop what no later step reads."""
@@ -289,30 +296,45 @@ class _Run:
         for g in [g for g in self.held if last.get(g, -1) <= seg.step]:
             del self.held[g]
 
-    def block(self, block: Block, shared, bundle) -> None:
+    def block(self, block: Block) -> None:
         c, ac = self.client, self.distributed.as_completed()
         hoisted = block.hoisted
-        scattered = dict(zip(hoisted, c.scatter([self.held[g] for g in hoisted],
-                                                broadcast=True, hash=False))) if hoisted else {}
+
+        def send_hoisted() -> dict:
+            return dict(zip(hoisted, c.scatter([self.held[g] for g in hoisted],
+                                               broadcast=True, hash=False))) if hoisted else {}
+
+        scattered = send_hoisted()
         pending, running = deque(block.tasks), {}
-        applied = 0
+        applied, sent, resent = 0, 0, 0           # inputs sent again after a loss: ``sent``
 
         def submit() -> None:
             t = pending.popleft()
-            key = f"sequant-eval-L{block.loop.id}-b{t.batch}-{self.token}"
+            key = f"sequant-eval-L{block.loop.id}-b{t.batch}-{self.token}-{sent}"
+            shared, bundle = self.inputs
             f = c.submit(run_task, shared, t.segment, bundle,
                          {g: scattered[g] for g in t.segment.stored}, self.trace,
                          key=key, pure=False)
-            running[f.key] = t
+            running[f.key] = (t, sent)
             ac.add(f)
 
         while self._room(block, pending, running, applied):
             submit()
         for f in ac:
-            t = running.pop(f.key)
+            t, generation = running.pop(f.key)
             try:
                 out, (peak, traced, seconds, where, flops) = f.result()
             except Exception as err:
+                if _lost_input(err) and resent < LOST_INPUT_RETRIES:
+                    # a worker died holding data the client sent (the scheduler forgets a
+                    # scattered value whose holders are gone): send it again, rerun the task
+                    if generation == sent:
+                        self.inputs, scattered = self.send_inputs(), send_hoisted()
+                        sent, resent = sent + 1, resent + 1
+                    pending.appendleft(t)
+                    while self._room(block, pending, running, applied):
+                        submit()
+                    continue
                 for other in list(running):
                     c.cancel(other)
                 raise _failed(block, t, err) from err
@@ -339,6 +361,16 @@ class _Run:
         window = self.plan.window
         ahead = len(block.tasks) - len(pending) - applied
         return bool(pending) and len(running) < window and ahead <= window
+
+
+#: How often one block sends its inputs again after workers lost them.
+LOST_INPUT_RETRIES = 3
+
+
+def _lost_input(err: BaseException) -> bool:
+    """Whether a task failed because data the client scattered was lost with a worker
+    (``distributed`` cancels the futures that read it: "already forgotten")."""
+    return type(err).__name__ in ("FutureCancelledError", "CancelledError")
 
 
 def _failed(block: Block, t: Task, err: BaseException) -> TaskFailed:
