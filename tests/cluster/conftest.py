@@ -8,9 +8,11 @@ import pytest
 
 @pytest.fixture(scope="module")
 def client():
-    """A ``distributed.LocalCluster`` of 2 single-threaded worker processes and its client."""
+    """A ``distributed.LocalCluster`` of 2 single-threaded worker processes and its client
+    (the dashboard on a free port: None would mean the default 8787, which another test
+    worker may hold)."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=logging.CRITICAL) as cl, \
+                                  dashboard_address=":0", silence_logs=logging.CRITICAL) as cl, \
             distributed.Client(cl) as c:
         yield c
