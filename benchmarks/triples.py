@@ -11,7 +11,7 @@ PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; ev
 timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
 again, loads the amplitudes and times the (T) step only:
 
-  ours     ccsd_t_energy(ints, t1, t2, budget, kind): unbudgeted (or where it fits)
+  ours     ccsd_t_energy(ints, t1, t2, budget, kind): where it fits
            the factored closed-shell energy (the triples made whole once, in stages),
            else the packaged products (232 each, closed-shell or unrestricted,
            sub-products shared, batched) on the evaluator; first call (planning

@@ -52,15 +52,16 @@ import numpy as np
 from ..api import Evaluator
 from ..api.staged import StagedReport
 from ..budget import Budget
-from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature
+from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature, UsageError
 from ..expr import parse
 from ..expr.printer import format_equation
 from ..expr.spin_integrate import spin_integrate
+from ..units import format_bytes
 from .denominators import OrbitalDenominator
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
            "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES", "FACTORED_FILES",
-           "factored_text", "factored_equations"]
+           "factored_text", "factored_equations", "FORMS"]
 
 #: The packaged (T) energy file of each kind of reference orbitals.
 TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt",
@@ -359,34 +360,74 @@ class TriplesResult:
     budget_bytes: float | None
 
 
+#: The forms of the (T) energy ``triples_evaluator`` can be asked for (None: chosen).
+FORMS = ("factored", "products")
+
+
 def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
-                      kind: str = "closed-shell"):
+                      kind: str = "closed-shell", form: str | None = None):
     """The (T) energy's evaluator at the extents of ``ints``, under ``budget`` (bytes, text
-    or a share, as everywhere) or, without one, ``max_memory`` (MB, PySCF's) once the
-    unbatched evaluation would exceed it.
+    or a share of the products' unbatched peak, as everywhere) or, without one,
+    ``max_memory`` (MB, PySCF's) once the unbatched evaluation would exceed it.
 
     Where the factored form (:func:`factored_text`: the triples made whole once, then one
-    product) fits the budget whole, that is evaluated: a few passes over the triples
-    instead of one per product. Otherwise, or for a kind without one, the products
-    (:func:`triples_text`), batched so the o³v³ values are never whole; a share is of the
-    products' unbatched peak."""
+    product) fits, that is evaluated: a few passes over the triples instead of one per
+    product; unbudgeted (or within ``max_memory``) whole, under a budget with its stages
+    batched as far as they need. Otherwise, or for a kind without one, the products
+    (:func:`triples_text`), batched so the o³v³ values are never whole. ``form``
+    (``FORMS``) asks for one of the two."""
+    if form is not None and form not in FORMS:
+        raise UsageError(f"form {form!r} is not a form of the (T) energy; give one of "
+                         f"{', '.join(FORMS)}, or None to have it chosen")
+    if form == "factored" and kind not in FACTORED_FILES:
+        raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals; the kinds "
+                                 f"with one are {', '.join(FACTORED_FILES)}")
     extents = dict(ints.extents)
     chosen = Budget.parse(budget)
-    if kind in FACTORED_FILES and chosen.share is None:
-        factored = Evaluator(factored_equations(kind), extents)
-        need = factored.analyze().peak_bytes
-        if chosen.unlimited:
-            cap = Budget.megabytes(max_memory) if max_memory is not None else chosen
-            if cap.unlimited or need <= cap.fixed:
-                return factored
-        elif need <= chosen.fixed:
-            try:
-                staged = Evaluator(factored_equations(kind), extents, budget=chosen)
-                staged.analyze()                    # every stage planned: it fits
-                return staged
-            except InfeasibleBudget:                # not with the programs on top
-                pass
     eqs = triples_equations(kind)
+    products = None
+    if form == "factored":
+        if chosen.share is not None:
+            room = Evaluator(eqs, extents, budget=chosen, share_subproducts=True
+                             ).policy.budget_bytes
+            return Evaluator(factored_equations(kind), extents, budget=room)
+        return Evaluator(factored_equations(kind), extents, budget=chosen)
+    if kind in FACTORED_FILES and form is None:
+        if chosen.unlimited:
+            whole = Evaluator(factored_equations(kind), extents)
+            cap = Budget.megabytes(max_memory) if max_memory is not None else chosen
+            if cap.unlimited or whole.analyze().peak_bytes <= cap.fixed:
+                return whole
+            room = cap.fixed
+        elif chosen.share is not None:       # a share of the products' unbatched peak
+            products = Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
+            room = products.policy.budget_bytes
+        else:
+            room = chosen.fixed
+        try:
+            staged = Evaluator(factored_equations(kind), extents, budget=room)
+            staged.analyze()                        # every stage planned: it fits
+            return staged
+        except InfeasibleBudget as err:             # the held triples alone do not fit
+            factored = err
+        if products is None:
+            if chosen.unlimited:                    # over max_memory: batched within it
+                chosen = Budget.megabytes(max_memory)
+            products = Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
+        try:
+            products.analyze()                      # planned now: refused before any work
+        except InfeasibleBudget as err:
+            batched, floor = err, products.program_reserve()   # no products plan is less
+
+            def least() -> float:
+                got = factored.minimum
+                return got if got <= floor else min(got, batched.minimum)
+            raise InfeasibleBudget(
+                f"budget {format_bytes(room)} ({int(room)} B) fits neither form of the (T) "
+                f"energy: the factored one (the triples whole, in stages) nor the batched "
+                f"products ({err}); the smallest feasible budget of the two is "
+                f"InfeasibleBudget.minimum (searched when read)", room, least) from err
+        return products
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
         if not cap.unlimited and Evaluator(eqs, extents, share_subproducts=True).analyze(
@@ -437,15 +478,15 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell") -> 
 
 def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
                   max_memory: float | None = None, backend: str = "numpy",
-                  kind: str = "closed-shell") -> TriplesResult:
+                  kind: str = "closed-shell", form: str | None = None) -> TriplesResult:
     """E(T) of CCSD amplitudes ``t1``, ``t2`` in PySCF's layouts (:func:`triples_tensors`)
     with the integral blocks ``ints`` of ``kind``: a
     :class:`~sequant_eval.chem.closed_shell.ClosedShellIntegrals`, spin-orbital ones
     (``g = <pq||rs>``) or :class:`~sequant_eval.chem.unrestricted_integrals.
-    UnrestrictedIntegrals`; canonical orbitals, under ``budget`` or ``max_memory``
-    (:func:`triples_evaluator`)."""
+    UnrestrictedIntegrals`; canonical orbitals, under ``budget`` or ``max_memory``, in
+    the ``form`` asked for or chosen (:func:`triples_evaluator`)."""
     tensors = triples_tensors(ints, t1, t2, kind)
-    ev = triples_evaluator(ints, budget, max_memory, kind)
+    ev = triples_evaluator(ints, budget, max_memory, kind, form)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
     if isinstance(report, StagedReport):             # the factored form

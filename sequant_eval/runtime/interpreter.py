@@ -119,7 +119,10 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
                 elif book.holds(~x):
                     book.release(~x)
 
-    def walk(block: Block) -> None:
+    # ``walk`` recurses through its argument, not its own name: a closure naming itself is
+    # a reference cycle that would keep ``out`` (this evaluation's arrays) and the inputs
+    # alive until the garbage collector runs
+    def walk(block: Block, again) -> None:
         for item in block.body:
             if not isinstance(item, Block):
                 if item in t.alive:
@@ -131,18 +134,12 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
             for k, r in enumerate(spans):
                 ranges[loop] = r
                 busy.append(busy[-1] if k == len(spans) - 1 else depth)
-                walk(item)
+                again(item, again)
                 busy.pop()
             del ranges[loop]
 
-    try:
-        with ex.session():
-            walk(prog.root)
-    finally:
-        # ``walk`` is recursive: its closure holds itself, and through ``run`` the arrays
-        # (``out``) and the inputs. Clearing the names breaks that cycle, so nothing of this
-        # evaluation outlives it waiting for the garbage collector.
-        del walk, run
+    with ex.session():
+        walk(prog.root, walk)
     pool = getattr(backend, "pool_bytes", lambda: 0)()
     return {r: out[r] for r in prog.root_nodes()}, book.meter(backend.name, pool)
 

@@ -66,20 +66,20 @@ def test_run_then_ccsd_t_as_in_pyscf():
 
 @pytest.mark.slow
 def test_batched_triples_equal_unbatched_and_stay_within_budget():
-    """Under a tenth of the unbatched peak the o³v³ values are batched: E(T) is the
+    """Under a tenth of the unbatched peak the products' o³v³ values are batched: E(T) is the
     unbatched one to 1e-12 relative, metered = predicted <= budget, and what the process
     allocates (tracemalloc) stays within the budget in the first evaluation (the program
     built) and within 5 % of the prediction (arrays and program reserve) in the next. Slow: the first batched fit of the 288
     terms takes ~20 s (its minimum search), at any basis."""
     mf, ref, _ = _pyscf(WATER, "6-31g")
     ints = ClosedShellIntegrals.from_scf(mf)
-    whole = triples.ccsd_t_energy(ints, ref.t1, ref.t2)
-    small = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget="10%")
+    whole = triples.ccsd_t_energy(ints, ref.t1, ref.t2, form="products")
+    small = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget="10%", form="products")
     assert abs(small.e_t - whole.e_t) <= 1e-12 * abs(whole.e_t)
     assert small.report.loops and small.report.peak_bytes < whole.report.peak_bytes / 3
     assert small.meter.peak_bytes == small.report.peak_bytes
     assert small.report.total_bytes <= small.budget_bytes
-    ev = triples.triples_evaluator(ints, "10%")
+    ev = triples.triples_evaluator(ints, "10%", form="products")
     tensors = triples.triples_tensors(ints, ref.t1, ref.t2)
     predicted = ev.analyze().total_bytes             # planned before the trace
 
@@ -100,10 +100,19 @@ def test_batched_triples_equal_unbatched_and_stay_within_budget():
 
 
 def test_a_budget_below_the_smallest_is_refused_before_work():
+    """A budget neither form fits is refused naming the smaller of their minima, which
+    fits (here the factored one: the products' program alone is larger), and a budget
+    just below it is refused with the same minimum."""
     mf, ref, _ = _pyscf(WATER, "sto-3g")
     ints = ClosedShellIntegrals.from_scf(mf)
-    with pytest.raises(se.InfeasibleBudget, match="smallest feasible budget"):
+    with pytest.raises(se.InfeasibleBudget, match="fits neither form") as refused:
         triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=1000)
+    least = refused.value.minimum
+    at = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=least)
+    assert isinstance(at.report, StagedReport) and at.report.total_bytes <= least
+    with pytest.raises(se.InfeasibleBudget, match="smallest feasible budget") as again:
+        triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=least - 64)
+    assert again.value.minimum == least
     with pytest.raises(se.ShapeMismatch, match="t2"):
         triples.ccsd_t_energy(ints, ref.t1, ref.t2[0])
 
@@ -201,8 +210,8 @@ def test_factored_triples_equal_the_products_and_are_chosen_where_they_fit():
     """The factored form (the triples made whole once, in stages) gives the products'
     E(T) to 1e-12 relative, with metered = predicted peak and what the process allocates
     (tracemalloc, the second evaluation) within 5 % of it; it is chosen unbudgeted and
-    under a fixed budget its unbatched arrays fit (its stages batched where the programs
-    leave too little room), the products for a share (of the products' peak)."""
+    under a budget it fits (its stages batched where they need to be), a share being of
+    the products' unbatched peak; ``form`` asks for either."""
     mf, ref, e_ref = _pyscf(WATER, "6-31g")
     ints = ClosedShellIntegrals.from_scf(mf)
     tensors = triples.triples_tensors(ints, ref.t1, ref.t2)
@@ -233,7 +242,14 @@ def test_factored_triples_equal_the_products_and_are_chosen_where_they_fit():
     assert abs(tight.e_t - whole.e_t) <= 1e-12 * abs(whole.e_t)
     assert tight.meter.peak_bytes == tight.report.peak_bytes
     assert tight.report.total_bytes <= tight.budget_bytes
-    assert not isinstance(triples.triples_evaluator(ints, "50%").analyze(), StagedReport)
+    # a share is of the products' unbatched peak; the factored form takes it where it fits
+    assert isinstance(triples.triples_evaluator(ints, "10%").analyze(), StagedReport)
+    assert not isinstance(triples.triples_evaluator(ints, form="products").analyze(),
+                          StagedReport)
+    with pytest.raises(se.UsageError, match="'fast' is not a form"):
+        triples.triples_evaluator(ints, form="fast")
+    with pytest.raises(se.UnsupportedFeature, match="no factored"):
+        triples.triples_evaluator(ints, kind="unrestricted", form="factored")
 
 
 def test_the_denominator_is_made_per_block():

@@ -232,10 +232,10 @@ def test_program_bytes_hardly_grow_as_the_budget_shrinks(top):
 
 
 def test_nothing_of_an_evaluation_outlives_its_results(arrays, top):
-    """With the garbage collector off, the arrays an evaluation made are freed as soon as
-    its results are dropped: no reference cycle (a recursive walk's closure) holds the
-    executor's arrays until a collection that, in a loop of evaluations with no planning
-    between them, may not come before the next evaluation peaks (seen as one extra o³v³
+    """With the garbage collector off, the arrays an evaluation made, and its inputs, are
+    freed as soon as the caller drops them: no reference cycle (a recursive walk's
+    closure) holds them until a collection that, in a loop of evaluations with no
+    planning between them, may not come before the next evaluation peaks (seen as one extra o³v³
     array in the second of two (T) evaluations). The evaluator's last meter and kernel
     plans are kept on purpose; they hold no array buffers."""
     ev = se.Evaluator(ccsd_equations(), EXT, budget=0.1 * top)
@@ -246,9 +246,10 @@ def test_nothing_of_an_evaluation_outlives_its_results(arrays, top):
     try:
         tracemalloc.start()
         before = tracemalloc.take_snapshot().filter_traces(arrays_only)
-        out = ev.evaluate(arrays)
+        given = {name: np.array(x) for name, x in arrays.items()}    # inputs of its own
+        out = ev.evaluate(given)
         made = sum(x.nbytes for x in out.values())
-        del out
+        del out, given
         after = tracemalloc.take_snapshot().filter_traces(arrays_only)
         tracemalloc.stop()
     finally:

@@ -325,9 +325,13 @@ class _Run:
             try:
                 out, (peak, traced, seconds, where, flops) = f.result()
             except Exception as err:
-                if _lost_input(err) and resent < LOST_INPUT_RETRIES:
-                    # a worker died holding data the client sent (the scheduler forgets a
-                    # scattered value whose holders are gone): send it again, rerun the task
+                # a worker died holding data the client sent: the scheduler forgets a
+                # scattered value whose holders are gone and cancels what reads it. Send
+                # the inputs again (once per loss) and rerun the tasks that failed so.
+                again = _cancelled(err) and (
+                    generation < sent or (resent < LOST_INPUT_RETRIES
+                                          and _lost(self.inputs, scattered)))
+                if again:
                     if generation == sent:
                         self.inputs, scattered = self.send_inputs(), send_hoisted()
                         sent, resent = sent + 1, resent + 1
@@ -363,14 +367,25 @@ class _Run:
         return bool(pending) and len(running) < window and ahead <= window
 
 
-#: How often one block sends its inputs again after workers lost them.
+#: How often one block sends its inputs again after workers lost them (each loss once).
 LOST_INPUT_RETRIES = 3
 
 
-def _lost_input(err: BaseException) -> bool:
-    """Whether a task failed because data the client scattered was lost with a worker
-    (``distributed`` cancels the futures that read it: "already forgotten")."""
+def _cancelled(err: BaseException) -> bool:
+    """Whether a task's future was cancelled (by the scheduler or by someone else)."""
     return type(err).__name__ in ("FutureCancelledError", "CancelledError")
+
+
+def _lost(inputs: tuple, hoisted: dict) -> bool:
+    """Whether any future the run scattered is no longer held by the cluster (a task
+    cancelled while they all are was cancelled by someone: not retried)."""
+    from distributed import Future
+
+    shared, bundle = inputs
+    sent = [shared, *hoisted.values()]
+    for given in bundle.values():             # a tensor, or a mapping of its blocks
+        sent.extend(given.values() if isinstance(given, dict) else (given,))
+    return any(f.status != "finished" for f in sent if isinstance(f, Future))
 
 
 def _failed(block: Block, t: Task, err: BaseException) -> TaskFailed:
