@@ -385,55 +385,56 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     extents = dict(ints.extents)
     chosen = Budget.parse(budget)
     eqs = triples_equations(kind)
-    products = None
-    if form == "factored":
-        if chosen.share is not None:
-            room = Evaluator(eqs, extents, budget=chosen, share_subproducts=True
-                             ).policy.budget_bytes
-            return Evaluator(factored_equations(kind), extents, budget=room)
-        return Evaluator(factored_equations(kind), extents, budget=chosen)
-    if kind in FACTORED_FILES and form is None:
-        if chosen.unlimited:
-            whole = Evaluator(factored_equations(kind), extents)
-            cap = Budget.megabytes(max_memory) if max_memory is not None else chosen
-            if cap.unlimited or whole.analyze().peak_bytes <= cap.fixed:
-                return whole
-            room = cap.fixed
-        elif chosen.share is not None:       # a share of the products' unbatched peak
-            products = Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
-            room = products.policy.budget_bytes
-        else:
-            room = chosen.fixed
-        try:
-            staged = Evaluator(factored_equations(kind), extents, budget=room)
-            staged.analyze()                        # every stage planned: it fits
-            return staged
-        except InfeasibleBudget as err:             # the held triples alone do not fit
-            factored = err
-        if products is None:
-            if chosen.unlimited:                    # over max_memory: batched within it
-                chosen = Budget.megabytes(max_memory)
-            products = Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
-        try:
-            products.analyze()                      # planned now: refused before any work
-        except InfeasibleBudget as err:
-            batched, floor = err, products.program_reserve()   # no products plan is less
 
-            def least() -> float:
-                got = factored.minimum
-                return got if got <= floor else min(got, batched.minimum)
-            raise InfeasibleBudget(
-                f"budget {format_bytes(room)} ({int(room)} B) fits neither form of the (T) "
-                f"energy: the factored one (the triples whole, in stages) nor the batched "
-                f"products ({err}); the smallest feasible budget of the two is "
-                f"InfeasibleBudget.minimum (searched when read)", room, least) from err
-        return products
+    def products(limit: Budget) -> Evaluator:
+        return Evaluator(eqs, extents, budget=limit, share_subproducts=True)
+
+    if form == "factored":
+        room = products(chosen).policy.budget_bytes if chosen.share is not None else chosen
+        return Evaluator(factored_equations(kind), extents, budget=room)
+    if form is None and kind in FACTORED_FILES:
+        return _chosen_form(kind, extents, chosen, max_memory, products)
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
-        if not cap.unlimited and Evaluator(eqs, extents, share_subproducts=True).analyze(
-                ).peak_bytes > cap.fixed:
+        if not cap.unlimited and products(chosen).analyze().peak_bytes > cap.fixed:
             chosen = cap
-    return Evaluator(eqs, extents, budget=chosen, share_subproducts=True)
+    return products(chosen)
+
+
+def _chosen_form(kind: str, extents: dict, chosen: Budget, max_memory, products):
+    """The factored form where it fits (whole when unbudgeted), else the products under
+    the same budget; a budget neither fits is refused naming the smaller minimum."""
+    batched = None
+    if chosen.unlimited:
+        whole = Evaluator(factored_equations(kind), extents)
+        cap = Budget.megabytes(max_memory) if max_memory is not None else chosen
+        if cap.unlimited or whole.analyze().peak_bytes <= cap.fixed:
+            return whole
+        chosen = cap                                # over max_memory: batched within it
+    elif chosen.share is not None:                  # a share of the products' peak
+        batched = products(chosen)
+    room = batched.policy.budget_bytes if batched is not None else chosen.fixed
+    try:
+        staged = Evaluator(factored_equations(kind), extents, budget=room)
+        staged.analyze()                            # every stage planned: it fits
+        return staged
+    except InfeasibleBudget as err:                 # what its stages hold does not fit
+        factored = err
+    batched = batched if batched is not None else products(chosen)
+    try:
+        batched.analyze()                           # planned now: refused before any work
+    except InfeasibleBudget as err:
+        refused, floor = err, batched.program_reserve()     # no products plan is less
+
+        def least() -> float:
+            got = factored.minimum
+            return got if got <= floor else min(got, refused.minimum)
+        raise InfeasibleBudget(
+            f"budget {format_bytes(room)} ({int(room)} B) fits neither form of the (T) "
+            f"energy: the factored one (the triples whole, in stages) nor the batched "
+            f"products ({err}); the smallest feasible budget of the two is "
+            f"InfeasibleBudget.minimum (searched when read)", room, least) from err
+    return batched
 
 
 #: The amplitude blocks of each kind: name and the spaces of PySCF's layout
