@@ -19,7 +19,7 @@ from sequant_eval.chem import CCSD  # noqa: E402
 from sequant_eval.chem import triples  # noqa: E402
 from sequant_eval.chem.closed_shell import ClosedShellIntegrals  # noqa: E402
 from sequant_eval.chem.denominators import OrbitalDenominator  # noqa: E402
-from tests.oracles.spin_orbital import refill_tuple_cache  # noqa: E402
+from tests.oracles.spin_orbital import refill_tuple_cache, traced_peak  # noqa: E402
 
 WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 AMMONIA = "N 0 0 0.1162; H 0 0.9377 -0.2711; H 0.8121 -0.4689 -0.2711; H -0.8121 -0.4689 -0.2711"
@@ -229,12 +229,7 @@ def test_factored_triples_equal_the_products_and_are_chosen_where_they_fit():
     assert fixed.e_t == whole.e_t and fixed.report.total_bytes <= fixed.budget_bytes
     ev = triples.triples_evaluator(ints, 2 * whole.report.peak_bytes)
     ev.evaluate(tensors)
-    refill_tuple_cache()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    ev.evaluate(tensors)
-    traced = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
+    _, traced = traced_peak(lambda: ev.evaluate(tensors))
     assert traced <= 1.05 * fixed.report.total_bytes, (traced, fixed.report.total_bytes)
     # with less room than the unbatched stages and their programs need, the stages batch
     tight = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=whole.report.peak_bytes + 1)

@@ -3,6 +3,8 @@ orbitals), shared by the memory and cluster tests: the values do not matter ther
 the shapes and that every code sees the same arrays."""
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 
 EXT = {"i": 10, "a": 38}          # H2O/cc-pVDZ spin-orbital extents
@@ -27,6 +29,20 @@ def block_mappings(arrays: dict[str, np.ndarray], forest) -> dict:
             out.setdefault(v.tensor, {})[v.spaces] = np.ascontiguousarray(
                 arrays[v.tensor][tuple(off[s] for s in v.spaces)])
     return out
+
+
+def traced_peak(call) -> tuple[object, int]:
+    """``call()``'s result and the most bytes tracemalloc saw held during it beyond what was
+    held when it began (the tuple free lists refilled first: ``refill_tuple_cache``)."""
+    refill_tuple_cache()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        out = call()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return out, peak
 
 
 def refill_tuple_cache() -> None:

@@ -27,7 +27,8 @@ from sequant_eval.runtime.interpreter import _tables
 from sequant_eval.runtime.lower import lower_schedule
 from sequant_eval.runtime.program import PLAN_BYTES, PROGRAM_BYTES_PER_NODE
 
-from tests.oracles.spin_orbital import EXT, block_mappings, random_arrays, refill_tuple_cache
+from tests.oracles.spin_orbital import (EXT, block_mappings, random_arrays, refill_tuple_cache,
+                                       traced_peak)
 from tests.properties.forests import equation_sets
 
 
@@ -158,13 +159,7 @@ def _first_traced(ev, tensors) -> int:
     program = ev.batched
     program._programs.clear()                 # built inside the trace, as a first run
     gc.collect()
-    refill_tuple_cache()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    ev.evaluate(tensors)
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    return peak
+    return traced_peak(lambda: ev.evaluate(tensors))[1]
 
 
 @pytest.fixture(scope="module")
