@@ -252,14 +252,17 @@ _FACTORED_FORMULA = {
 }
 
 
+def _number(c: Fraction) -> str:
+    """An exact rational as the text format writes it (``3``, ``1/36``)."""
+    return str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"
+
+
 def _signed(pieces: list[tuple[Fraction, str]]) -> str:
     """``pieces`` (weight, product) as the right-hand side of an equation."""
     out = []
     for c, t in pieces:
         mag = abs(Fraction(c))
-        number = "" if mag == 1 else (str(mag.numerator) if mag.denominator == 1
-                                      else f"{mag.numerator}/{mag.denominator}")
-        out.append(f"{'-' if c < 0 else '+'} {number} {t}".replace("  ", " "))
+        out.append(f"{'-' if c < 0 else '+'} {t if mag == 1 else f'{_number(mag)} {t}'}")
     return " ".join(out).removeprefix("+ ")
 
 
@@ -326,14 +329,12 @@ def triples_text(kind: str = "closed-shell") -> str:
     """The text of the packaged (T) file of ``kind`` (:data:`TRIPLES_FILES`): the
     closed-shell and spin-orbital products of the module docstring's formulas, the
     unrestricted ones their spin integration; deterministic, byte for byte."""
-    def number(c: Fraction) -> str:
-        return str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"
     if _kind(kind) == "unrestricted":
         eq, = spin_integrate(parse(triples_text("spin-orbital")), symmetric=("D3",))
         header = _U_HEADER
     else:
         products = _so_products() if kind == "spin-orbital" else _products()
-        terms = [f"{'-' if c < 0 else '+'} {number(abs(c))} {t}" for c, t in products]
+        terms = [f"{'-' if c < 0 else '+'} {_number(abs(c))} {t}" for c, t in products]
         (eq,) = parse("ET = " + "\n    ".join(terms).removeprefix("+ "))
         header = _SO_HEADER if kind == "spin-orbital" else _HEADER
     return header + f"\n# ET: {len(eq.terms)} terms\n" + (
