@@ -395,11 +395,12 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
         return Evaluator(factored_equations(kind), extents, budget=room)
     if form is None and kind in FACTORED_FILES:
         return _chosen_form(kind, extents, chosen, max_memory, products)
+    ev = products(chosen)
     if chosen.unlimited and max_memory is not None:
         cap = Budget.megabytes(max_memory)
-        if not cap.unlimited and products(chosen).analyze().peak_bytes > cap.fixed:
-            chosen = cap
-    return products(chosen)
+        if not cap.unlimited and ev.analyze().peak_bytes > cap.fixed:
+            return products(cap)                    # over max_memory: batched within it
+    return ev
 
 
 def _chosen_form(kind: str, extents: dict, chosen: Budget, max_memory, products):
