@@ -116,11 +116,10 @@ def build_cell_table(sched: OrderedSchedule, forest: Forest,
             order.setdefault(item.form, k)
             entry_at[(item.form, item.entry)] = k
             k += 1
-        elif event == "exit" and path:
-            for o in item.outputs:
-                out_path[o.form] = path
-                order.setdefault(o.form, k)
-                k += 1
+        elif event == "escape":
+            out_path[item.form] = path
+            order.setdefault(item.form, k)
+            k += 1
     reads: list[Read] = []
     for f in forms:
         if f.kind is FormKind.ASSEMBLE:

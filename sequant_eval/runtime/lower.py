@@ -25,7 +25,7 @@ from math import prod
 
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
-from ..schedule.ordered import BuildStep, ScopeBlock
+from ..schedule.ordered import BuildStep, Output, ScopeBlock
 from ..schedule.peak import (allocations, common_factors, folded_into, moves,
                              scaled_in_place, schedule_points, stream_rows)
 from .graph import Graph, Node, Op
@@ -161,9 +161,11 @@ class _Lowering:
     def block(self, block: ScopeBlock, path: tuple = ()) -> None:
         # Not ``walk_blocks``: ``loop`` runs a block's body once per batch range, so the
         # recursion re-enters each nested block per batch of the loops around it.
-        for s in block.steps:
+        for s in block.body():
             if isinstance(s, ScopeBlock):
                 self.loop(s, path + (s.path_item,))
+            elif isinstance(s, Output):
+                self.output(block, s)
             elif not self._skip(s.form):
                 self.build(s)
 
@@ -223,28 +225,29 @@ class _Lowering:
         for fid in self.batch_sums.get(block.loop, ()):    # a sliced inner sum starts anew
             self.node_of.pop(fid, None)
         self.block(block, path)
-        for out in block.outputs:
-            if self._skip(out.form):
-                continue
-            f = self.forms[out.form]
-            tag = f"f{out.form} {self.span(block.loop)}"
-            if out.form in self.folded:
-                self.add_into(f, tag)
-                continue
-            part, dest = self.node_of[f.source], self.node_of[out.form]
-            if out.kind.value == "sum":
-                adds = _work(1.0, self.g.nodes[part].shape)
-                self.node_of[out.form] = self.emit(Op.ACCUMULATE, (dest, part),
-                                                   (1.0, adds), self.g.nodes[dest].shape,
-                                                   tag)
-            else:
-                index = [None] * len(self.g.nodes[dest].shape)
-                for pos, l in self.forms[f.source].sliced:
-                    if l in f.span:
-                        index[pos] = self.ctx[l]
-                self.node_of[out.form] = self.emit(Op.SCATTER, (dest, part),
-                                                   (tuple(index),),
-                                                   self.g.nodes[dest].shape, tag)
+
+    def output(self, block: ScopeBlock, out: Output) -> None:
+        """One batch of ``block`` leaving it: accumulated or scattered into its destination,
+        or added into the sum it is folded into."""
+        if self._skip(out.form):
+            return
+        f = self.forms[out.form]
+        tag = f"f{out.form} {self.span(block.loop)}"
+        if out.form in self.folded:
+            self.add_into(f, tag)
+            return
+        part, dest = self.node_of[f.source], self.node_of[out.form]
+        if out.kind.value == "sum":
+            adds = _work(1.0, self.g.nodes[part].shape)
+            self.node_of[out.form] = self.emit(Op.ACCUMULATE, (dest, part), (1.0, adds),
+                                               self.g.nodes[dest].shape, tag)
+        else:
+            index = [None] * len(self.g.nodes[dest].shape)
+            for pos, l in self.forms[f.source].sliced:
+                if l in f.span:
+                    index[pos] = self.ctx[l]
+            self.node_of[out.form] = self.emit(Op.SCATTER, (dest, part), (tuple(index),),
+                                               self.g.nodes[dest].shape, tag)
 
     def add_into(self, f, tag: str) -> None:
         """One batch of a folded term result, added into its sum once per entry reading it

@@ -44,10 +44,9 @@ def dump_schedule(sched: OrderedSchedule, forest: Forest | None = None,
         elif event == "step":
             entry = f" entry {item.entry}" if item.entry >= 0 else ""
             lines.append(f"{indent}  build{entry} {_form(sched.forms[item.form], forest)}")
-        elif path:
-            for o in item.outputs:
-                lines.append(f"{indent}  output {o.kind.value} "
-                             f"{_form(sched.forms[o.form], forest)}")
+        elif event == "escape":
+            lines.append(f"{indent}  output {item.kind.value} "
+                         f"{_form(sched.forms[item.form], forest)}")
     return "\n".join(lines) + "\n"
 
 

@@ -6,10 +6,12 @@ later pass, i.e. a sibling block over the same loop. Contractions, fetches and s
 are BuildSteps in their block; a form assembled from a block's batches is that block's
 output (AccumulateSum for a contracted loop, AccumulateScatter for an external one), so a
 value escaping several loops forms a chain: built in the deepest block, forwarded above.
-Inside each block, steps and child blocks are ordered by a topological sort of what they
-produce and need, laid out from the end: each item as late as its readers allow, the
+Inside each block, steps, child blocks and outputs are ordered by a topological sort of what
+they produce and need, laid out from the end: each item as late as its readers allow, the
 latest static point first among the candidates (so nothing finished waits through
-unrelated work, however the equations were written). ``walk_blocks`` is the one walk over
+unrelated work, however the equations were written). An output is an item of that sort
+too: a batch's slice escapes as soon as it is complete, not at the end of the body, so the
+partials of many fused terms are never held at once. ``walk_blocks`` is the one walk over
 the resulting tree that every later pass shares.
 """
 from __future__ import annotations
@@ -66,6 +68,7 @@ class ScopeBlock:
     pass_: int
     steps: tuple[BuildStep | ScopeBlock, ...]
     outputs: tuple[Output, ...] = ()
+    escapes: tuple[int, ...] = ()     # outputs[k] escapes after steps[:escapes[k]] (else last)
 
     @property
     def path_item(self) -> tuple[int, int]:
@@ -76,12 +79,25 @@ class ScopeBlock:
         """Every block below (and including) this one, pre-order."""
         return (item for event, _, item in walk_blocks(self) if event == "enter")
 
+    def body(self) -> Iterator[BuildStep | ScopeBlock | Output]:
+        """The block's steps with each output where it escapes: a batch leaves the block as
+        soon as what it is made of is built, not at the end of the batch, so it is not held
+        while the block's unrelated work runs."""
+        k = 0
+        for i, s in enumerate(self.steps):
+            while k < len(self.outputs) and k < len(self.escapes) and self.escapes[k] <= i:
+                yield self.outputs[k]
+                k += 1
+            yield s
+        yield from self.outputs[k:]
+
 
 def walk_blocks(root: ScopeBlock, path: Path = ()
                 ) -> Iterator[tuple[str, Path, BuildStep | ScopeBlock]]:
     """The block tree in execution order, as ``(event, path, item)``: ``("enter", path,
     block)`` before a block's steps, ``("step", path, step)`` for each BuildStep of the block
-    at ``path``, ``("exit", path, block)`` after them (where its outputs escape).
+    at ``path``, ``("escape", path, output)`` where each of its outputs escapes (between
+    the steps: ``ScopeBlock.body``), ``("exit", path, block)`` after them.
 
     ``path`` is the block path ((loop, pass), ...) of the block entered, exited or holding
     the step; ``root`` is entered and exited too, at ``path`` (empty for a schedule's root).
@@ -89,9 +105,11 @@ def walk_blocks(root: ScopeBlock, path: Path = ()
     well_formed) are all this one walk.
     """
     yield "enter", path, root
-    for s in root.steps:
+    for s in root.body():
         if isinstance(s, ScopeBlock):
             yield from walk_blocks(s, path + (s.path_item,))
+        elif isinstance(s, Output):
+            yield "escape", path, s
         else:
             yield "step", path, s
     yield "exit", path, root
@@ -225,7 +243,7 @@ def _reads(rich: RichSchedule, s: BuildStep) -> list[tuple]:
 
 def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     kids = [_assemble(c, rich) for _, c in sorted(n.children.items())]
-    items: list[BuildStep | ScopeBlock] = list(n.builds) + kids
+    items: list[BuildStep | ScopeBlock | Output] = list(n.builds) + kids + list(n.outputs)
     produces: list[set] = []
     needs: list[set] = []
     ranks: list[int] = []
@@ -234,7 +252,9 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
         produces.append(prod)
         needs.append(need - prod)
         ranks.append(rank)
-    owner = {tok: k for k, prod in enumerate(produces) for tok in prod}
+    # an output is complete only when the loop ends: nothing inside the block reads it
+    owner = {tok: k for k, prod in enumerate(produces) for tok in prod
+             if not isinstance(items[k], Output)}
     deps = [{owner[t] for t in need if t in owner and owner[t] != k} for k, need in enumerate(needs)]
     users = defaultdict(set)
     for k, ds in enumerate(deps):
@@ -262,16 +282,27 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
         stuck = [k for k in range(len(items)) if waiting[k]]
         raise ScheduleError(f"dependency cycle among the steps of block {n.path}: "
                             f"{len(stuck)} items wait on each other")
+    steps = tuple(it for it in order if not isinstance(it, Output))
+    outputs = tuple(it for it in order if isinstance(it, Output))
+    escapes, k = [], 0
+    for it in order:
+        if isinstance(it, Output):
+            escapes.append(k)
+        else:
+            k += 1
     if not n.path:
-        return ScopeBlock(-1, "", None, 0, 0, tuple(order), tuple(n.outputs))
+        return ScopeBlock(-1, "", None, 0, 0, steps, outputs, tuple(escapes))
     loop_id, pass_ = n.path[-1]
     loop = rich.loops[loop_id]
-    outputs = tuple(sorted(n.outputs, key=lambda o: rich.rank[o.form]))
-    return ScopeBlock(loop_id, loop.space, loop.kind, len(n.path), pass_, tuple(order), outputs)
+    return ScopeBlock(loop_id, loop.space, loop.kind, len(n.path), pass_, steps, outputs,
+                      tuple(escapes))
 
 
 def _summary(item, rich: RichSchedule) -> tuple[set, set, int]:
     """What an item produces, what it needs, and its rank (first use)."""
+    if isinstance(item, Output):
+        return ({("form", item.form)}, {("form", rich.forms[item.form].source)},
+                rich.rank[item.form])
     if isinstance(item, BuildStep):
         prod = {("entry", item.form, item.entry)} if item.entry >= 0 else {("form", item.form)}
         if item.entry == 0:
@@ -311,12 +342,11 @@ def well_formed(sched: OrderedSchedule) -> None:
                                     f"pass")
         elif event == "step":
             _check_step(item, path, rich, built, done)
-        else:
-            _check_outputs(item, path, rich, done)
-            for o in item.outputs:
-                escapes[o.form] = path
-                if path:
-                    done.add(("form", o.form))
+        elif event == "escape":
+            _check_output(item, path, rich, done)
+            escapes[item.form] = path
+        elif path:                   # complete once the loop ends: read only after it
+            done.update(("form", o.form) for o in item.outputs)
     for form in forms:
         if form.kind is FormKind.SUM:
             missing = [k for k in range(len(form.operands)) if (form.id, k) not in built]
@@ -361,17 +391,17 @@ def _check_step(s: BuildStep, path: Path, rich: RichSchedule, built: dict, done:
         done.add(("form", s.form))
 
 
-def _check_outputs(block: ScopeBlock, path: Path, rich: RichSchedule, done: set) -> None:
-    """well_formed's rules for a block's outputs: assembled forms over this block's loop
-    whose batches were built inside it."""
+def _check_output(o: Output, path: Path, rich: RichSchedule, done: set) -> None:
+    """well_formed's rules for a block's output: an assembled form over this block's loop
+    whose batches were built inside it before it escapes."""
     forms = rich.forms
-    for o in block.outputs:
-        if not 0 <= o.form < len(forms) or forms[o.form].kind is not FormKind.ASSEMBLE:
-            raise ScheduleError(f"output f{o.form} of block {path} is not an assembled form")
-        form = forms[o.form]
-        if form.via != block.loop:
-            raise ScheduleError(f"f{o.form} assembles loop L{form.via} but is an output of "
-                                f"the block over L{block.loop}")
-        if ("form", form.source) not in done:
-            raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
-                                f" are never built inside the block")
+    if not 0 <= o.form < len(forms) or forms[o.form].kind is not FormKind.ASSEMBLE:
+        raise ScheduleError(f"output f{o.form} of block {path} is not an assembled form")
+    form = forms[o.form]
+    loop = path[-1][0] if path else -1
+    if form.via != loop:
+        raise ScheduleError(f"f{o.form} assembles loop L{form.via} but is an output of "
+                            f"the block over L{loop}")
+    if ("form", form.source) not in done:
+        raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
+                            f" are never built inside the block before it escapes")

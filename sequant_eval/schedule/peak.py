@@ -84,8 +84,9 @@ def schedule_points(sched: OrderedSchedule) -> list[Point]:
             continue                        # the root block opens and closes nothing
         elif event == "enter":
             points.append(Point("open", path))
+        elif event == "escape":
+            points.append(Point("escape", path, item.form))
         else:
-            points.extend(Point("escape", path, o.form) for o in item.outputs)
             points.append(Point("close", path))
     return points
 
@@ -311,10 +312,9 @@ def allocations(sched: OrderedSchedule) -> dict[tuple, list[int]]:
     when the outermost loop it assembles over opens (a joint scatter over several loops
     writes into one destination allocated at the outermost of them)."""
     out: dict[tuple, list[int]] = defaultdict(list)
-    for event, path, block in walk_blocks(sched.root):
-        if event == "exit" and path:
-            for o in block.outputs:
-                out[path[: len(sched.forms[o.form].scope) + 1]].append(o.form)
+    for event, path, o in walk_blocks(sched.root):
+        if event == "escape":
+            out[path[: len(sched.forms[o.form].scope) + 1]].append(o.form)
     return out
 
 
