@@ -153,3 +153,35 @@ def test_ex8_shared_subterm_fuses_loops():
           if {values[o].tensor for o in values[f.value].children} == {"g", "h"}]
     assert len(gh) == 1 and gh[0].scope == (blk.loop,)
     assert len(a.rich.loops) == 1 and len(a.plan.loops) == 2     # two planned, one physical
+
+
+def test_ex8_each_batch_escapes_before_the_next_terms_partial_is_built():
+    """Hand-worked: the two fused terms' per-batch partials (i,i,i,i: 4⁴·8 = 2048 B each)
+    are independent, so the first term's batch can leave the block (accumulated into its
+    destination) before the second term's partial is built; the two partials are then never
+    live together, and the peak is one partial below that of escaping both at the block's
+    end (measured by the replay oracle on the same schedule with the outputs moved last)."""
+    from dataclasses import replace
+
+    from sequant_eval.schedule.ordered import BuildStep, Output
+
+    ext = {"i": 4, "a": 6, "x": 12}
+    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
+            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}")
+    a = stamped(text, ext, BatchPolicy(block={"x": 4}),
+                {0: [("x_1", "C")], 1: [("x_1", "C")]})
+    (blk,) = blocks(a)
+    partials = {a.ordered.forms[o.form].source for o in blk.outputs}
+    body = [("out", s.form) if isinstance(s, Output) else ("build", s.form)
+            for s in blk.body() if isinstance(s, (Output, BuildStep))]
+    kinds = [k for k, f in body if f in partials or k == "out"]
+    assert kinds == ["build", "out", "build", "out"]
+
+    late = replace(blk, escapes=())                      # every output after the last step
+    root = a.ordered.root
+    late_root = replace(root, steps=tuple(late if s is blk else s for s in root.steps))
+    late_sched = replace(a.ordered, root=late_root)
+    early = peak_profile_replay(a.ordered, a.forest, a.shapes, scratch=a.scratch).peak_bytes
+    held = peak_profile_replay(late_sched, a.forest, a.shapes, scratch=a.scratch).peak_bytes
+    assert early == a.peak_bytes
+    assert held - early == 4 ** 4 * 8
