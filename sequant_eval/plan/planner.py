@@ -25,7 +25,8 @@ class TermPlan:
     tree: TermTree
     opens: tuple[tuple[int, ...], ...]       # per node: loop ids, outermost first
     first: tuple[int, ...]                   # per node: which child runs first (0 or 1)
-    peak_bytes: int                          # the term alone, as scheduled (exact)
+    peak_bytes: int                          # the term alone: exact (scheduled alone) with a
+                                             # checker, as every budgeted fit has; else modelled
     flops: int
     unbatched_flops: int
     min_peak_bytes: int                      # the least peak any plan of this term reaches

@@ -75,8 +75,12 @@ class NumpyBackend(Backend):
         return np.asarray(x, order="C")
 
     def take(self, block, index, shape):
-        if isinstance(block, LeafReader):      # the batch's sub-block, read from the source
-            return np.asarray(block.read(index), order="C")
+        """A batch of ``block``. Read from a source it is what the source gives — a view of
+        a caller's array, not copied here: a kernel that needs it contiguous copies it once
+        (with its transpose), and the prediction counts the batch as a buffer of its own,
+        so the process holds no more than predicted. Nothing writes into it in place."""
+        if isinstance(block, LeafReader):
+            return np.asarray(block.read(index))
         return np.asarray(block[index_slices(index, block.ndim)], order="C")
 
     def zeros(self, shape):

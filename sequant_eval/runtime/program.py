@@ -55,16 +55,21 @@ class Work:
 
 def resolve(x, ranges: Mapping[int, tuple[int, int]]):
     """``x`` with every symbolic value replaced by its value under ``ranges``."""
-    if isinstance(x, tuple):
-        return tuple(resolve(y, ranges) for y in x)
-    if isinstance(x, Span):
+    kind = type(x)
+    if kind is tuple:          # plain members are taken as they are: no call per number
+        return tuple([y if type(y) in _PLAIN else resolve(y, ranges) for y in x])
+    if kind is Span:
         return ranges[x.loop]
-    if isinstance(x, Extent):
+    if kind is Extent:
         lo, hi = ranges[x.loop]
         return hi - lo
-    if isinstance(x, Work):
+    if kind is Work:
         return x.coef * prod(resolve(x.dims, ranges))
     return x
+
+
+#: Types ``resolve`` never looks inside (the parameters' numbers, names and blanks).
+_PLAIN = frozenset({int, float, str, bool, type(None)})
 
 
 def symbolic(x) -> bool:

@@ -290,11 +290,12 @@ def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
 
 
 def _top(fit: _Fitting) -> ScheduleAnalysis:
-    """The unbatched schedule, leaves fetched per term (the search's upper end)."""
+    """The unbatched schedule, leaves fetched per term (the search's upper end). No term
+    is checked alone: with no loops there is no choice for an exact peak to decide."""
     if fit.top is None:
         unbatched = BatchPolicy(itemsize=fit.policy.itemsize, sinks=fit.policy.sinks)
         fit.top = analyze_schedule(fit.forest, replace(TermPlanner(
-            fit.forest, fit.extents, unbatched, fit.exact).plan(), share_leaves=False))
+            fit.forest, fit.extents, unbatched).plan(), share_leaves=False))
     return fit.top
 
 
@@ -317,9 +318,8 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
     A budget at or above ``minimum_budget`` always fits (feasibility is monotone); below
     it the fitter tries the budget itself first, and refuses with the minimum named.
     ``progress(what, done, total)`` is called as planning proceeds (for a progress bar)."""
-    if not policy.finite:
-        exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
-        return analyze_schedule(forest, TermPlanner(forest, extents, policy, exact,
+    if not policy.finite:             # every term unbatched: nothing to check alone
+        return analyze_schedule(forest, TermPlanner(forest, extents, policy, None,
                                                     progress).plan())
     budget = policy.budget_bytes
     floor = lower_bound(forest, extents, policy)

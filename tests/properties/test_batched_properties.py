@@ -102,9 +102,12 @@ def _run(text: str, extents: dict, position: float, block: int, seed: int) -> bo
     a = program.analysis
     assert not validate(program.table, a.ordered, a.forest)
     tensors = _tensors(ev.forest, extents, seed)
+    given = {(n, sp): x.copy() for n, blocks in tensors.items() for sp, x in blocks.items()}
     source = TensorSource(ev.forest, tensors, extents)
     reference = direct_evaluate(ev.forest, source)
     out, meter = program.run("numpy", source)
+    for (n, sp), x in given.items():  # batches are read as views of the caller's arrays
+        assert np.array_equal(tensors[n][sp], x), f"input {n}{sp} was written to"
     _, dry = program.run("dryrun")
     assert meter.peak_bytes == dry.peak_bytes == a.peak_bytes
     assert meter.flops == dry.flops == a.flops
