@@ -36,6 +36,10 @@ from .analysis import ScheduleAnalysis, analyze_schedule, term_peak
 __all__ = ["fit_forest", "minimum_budget", "lower_bound"]
 
 _ROUNDS = 40
+#: Re-planning rounds without a new least peak after which an attempt gives up: measured
+#: over the packaged texts at 50/25/10/5 %, a fit that succeeds never went more than 3
+#: rounds without one, while failing attempts wander for up to 39 (the whole ``_ROUNDS``).
+_STALL = 8
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def _attempt(fit: _Fitting, policy: BatchPolicy,
     budget = policy.budget_bytes
     planner = fit.planner(policy, progress)
     budgets = {v: budget for v in fit.forest.trees}
-    best = None
+    best, stall = None, 0
     for _ in range(_ROUNDS):
         try:
             plan = fit.prepare(planner.plan(budgets))
@@ -165,11 +169,13 @@ def _attempt(fit: _Fitting, policy: BatchPolicy,
             return None, best if best is not None else budget
         v = fit.verdict(plan)
         if best is None or v.peak < best:
-            best = v.peak
+            best, stall = v.peak, 0
+        else:
+            stall += 1
         if v.peak <= budget:
             return fit.analyze(plan), v.peak
         term = v.term
-        if term is None:
+        if term is None or stall >= _STALL:
             return None, best
         target = min(budget - (v.peak - v.own), budgets[term] - 1)
         if target < (planner.menu(term).known_min_peak() or 0) or target <= 0:

@@ -127,3 +127,50 @@ def test_unsliced_floor_bounds_the_fitting_that_holds_inner_sums_whole(sinks):
     floor = fitter.unsliced_floor(forest, extents, policy)
     assert plain >= floor > fitter.lower_bound(forest, extents, policy)
     assert fitter.minimum_budget(forest, extents, policy)[0] == min(plain, sliced)
+
+
+class _Script:
+    """A stand-in fitting whose re-planning rounds return the peaks of ``peaks`` in turn
+    (the binding term always term 0, holding all but 5 B of it)."""
+
+    def __init__(self, peaks):
+        from types import SimpleNamespace
+
+        self.peaks, self.rounds = list(peaks), 0
+        self.forest = SimpleNamespace(trees={0: None, 1: None})
+
+    def planner(self, policy, progress=None):
+        from types import SimpleNamespace
+
+        menu = SimpleNamespace(known_min_peak=lambda: 0)
+        return SimpleNamespace(plan=lambda budgets: dict(budgets), menu=lambda term: menu)
+
+    def prepare(self, plan):
+        return plan
+
+    def verdict(self, plan):
+        from sequant_eval.schedule.budget import _Verdict
+
+        self.rounds += 1
+        peak = self.peaks[self.rounds - 1]
+        return _Verdict(peak, 0, peak - 5)
+
+    def analyze(self, plan):
+        return "fitted"
+
+
+@pytest.mark.parametrize("falling", [False, True])
+def test_an_attempt_gives_up_once_its_rounds_stop_finding_a_lower_peak(falling):
+    """Hand-worked: under a budget of 50 B, rounds whose peaks never go below the first
+    (100, then 120, 110, 120 …) end after the first round and ``_STALL`` more; rounds that
+    find a lower peak each time (100, 98, 96 …) go on past that and fit at 50."""
+    from sequant_eval.plan import BatchPolicy
+    from sequant_eval.schedule.budget import _ROUNDS, _STALL, _attempt
+
+    peaks = list(range(100, 49, -2)) if falling else [100] + [120, 110] * _ROUNDS
+    fit = _Script(peaks)
+    got, best = _attempt(fit, BatchPolicy(budget=50))
+    if falling:
+        assert got == "fitted" and fit.rounds == 26 > _STALL + 1
+    else:
+        assert got is None and best == 100 and fit.rounds == _STALL + 1
