@@ -136,15 +136,20 @@ def test_ex7_aux_contraction_reduction_shape():
     assert a.peak_bytes == peak_profile_replay(a.ordered, a.forest, a.shapes, scratch=a.scratch).peak_bytes
 
 
+def _ex8():
+    """Ex. 8's forest: two terms sharing g·h, each stamped Contracted on x at its root."""
+    ext = {"i": 4, "a": 6, "x": 12}
+    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
+            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}")
+    return stamped(text, ext, BatchPolicy(block={"x": 4}),
+                   {0: [("x_1", "C")], 1: [("x_1", "C")]})
+
+
 def test_ex8_shared_subterm_fuses_loops():
     """t1 = (g·h)·(p·q), t2 = (g·h)·(r·w), x stamped Contracted at each root: the shared g·h
     folds, so both roots' reductions are one {x} block, g·h is built once per batch inside,
     and all outputs are AccumulateSum."""
-    ext = {"i": 4, "a": 6, "x": 12}
-    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
-            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}")
-    a = stamped(text, ext, BatchPolicy(block={"x": 4}),
-                {0: [("x_1", "C")], 1: [("x_1", "C")]})
+    a = _ex8()
     (blk,) = blocks(a)
     assert blk.kind.value == "C" and len(blk.outputs) == 2
     assert all(o.kind is OutputKind.ACCUMULATE_SUM for o in blk.outputs)
@@ -165,11 +170,7 @@ def test_ex8_each_batch_escapes_before_the_next_terms_partial_is_built():
 
     from sequant_eval.schedule.ordered import BuildStep, Output
 
-    ext = {"i": 4, "a": 6, "x": 12}
-    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
-            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * w{i_4;a_3}")
-    a = stamped(text, ext, BatchPolicy(block={"x": 4}),
-                {0: [("x_1", "C")], 1: [("x_1", "C")]})
+    a = _ex8()
     (blk,) = blocks(a)
     partials = {a.ordered.forms[o.form].source for o in blk.outputs}
     body = [("out", s.form) if isinstance(s, Output) else ("build", s.form)
