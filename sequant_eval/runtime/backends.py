@@ -18,9 +18,9 @@ import opt_einsum
 
 from ..errors import SequantEvalError
 from ..forest.values import Value
+from ..schedule.peak import sink_piece
 from .dryrun import DryArray, DryRunBackend
 from .graph import Backend
-from ..schedule.peak import sink_piece
 from .sources import LeafReader
 from ..plan.kernels import EINSUM, MULTIPLY, ZEROS, ArrayView, ContractPlan, plan_contraction
 
