@@ -18,7 +18,7 @@ import opt_einsum
 
 from ..errors import SequantEvalError
 from ..forest.values import Value
-from ..schedule.peak import sink_piece
+from ..schedule.peak import STREAM_BYTES, sink_piece
 from .dryrun import DryArray, DryRunBackend
 from .graph import Backend
 from .sources import LeafReader
@@ -50,11 +50,10 @@ def add_scaled(target: np.ndarray, src, alpha: float) -> None:
     elif alpha == -1.0:
         target -= src
     else:
-        axis, rows = sink_piece(target.shape, target.itemsize)
-        if axis < 0 or (axis == 0 and rows >= target.shape[0]) or \
-                np.may_share_memory(target, src):          # small, or reads what it writes
-            target += alpha * src
+        if target.nbytes <= STREAM_BYTES or np.may_share_memory(target, src):
+            target += alpha * src                 # one piece, or it reads what it writes
             return
+        axis, rows = sink_piece(target.shape, target.itemsize)
         src = np.broadcast_to(src, target.shape)
         buf = np.empty(rows * prod(target.shape[axis + 1:]), np.result_type(src, alpha))
         for head in itertools.product(*(range(n) for n in target.shape[:axis])):

@@ -7,11 +7,14 @@ returns (peak <= budget) at every budget of a grid, and against itself across bu
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations
+from sequant_eval.plan import BatchPolicy
+from sequant_eval.schedule.budget import _ROUNDS, _STALL, _Verdict, _attempt
 
 WATER = {"i": 10, "a": 38}       # H2O/cc-pVDZ spin orbitals
 
@@ -81,7 +84,6 @@ def test_remembered_planning_gives_what_planning_afresh_gives():
     from sequant_eval.chem.equations import ccsd_text
     from sequant_eval.expr import parse
     from sequant_eval.forest import build_forest
-    from sequant_eval.plan import BatchPolicy
     from sequant_eval.schedule.budget import fit_forest, minimum_budget
     from sequant_eval.schedule.dump import dump_analysis
 
@@ -134,14 +136,10 @@ class _Script:
     (the binding term always term 0, holding all but 5 B of it)."""
 
     def __init__(self, peaks):
-        from types import SimpleNamespace
-
         self.peaks, self.rounds = list(peaks), 0
         self.forest = SimpleNamespace(trees={0: None, 1: None})
 
     def planner(self, policy, progress=None):
-        from types import SimpleNamespace
-
         menu = SimpleNamespace(known_min_peak=lambda: 0)
         return SimpleNamespace(plan=lambda budgets: dict(budgets), menu=lambda term: menu)
 
@@ -149,8 +147,6 @@ class _Script:
         return plan
 
     def verdict(self, plan):
-        from sequant_eval.schedule.budget import _Verdict
-
         self.rounds += 1
         peak = self.peaks[self.rounds - 1]
         return _Verdict(peak, 0, peak - 5)
@@ -164,9 +160,6 @@ def test_an_attempt_gives_up_once_its_rounds_stop_finding_a_lower_peak(falling):
     """Hand-worked: under a budget of 50 B, rounds whose peaks never go below the first
     (100, then 120, 110, 120 …) end after the first round and ``_STALL`` more; rounds that
     find a lower peak each time (100, 98, 96 …) go on past that and fit at 50."""
-    from sequant_eval.plan import BatchPolicy
-    from sequant_eval.schedule.budget import _ROUNDS, _STALL, _attempt
-
     peaks = list(range(100, 49, -2)) if falling else [100] + [120, 110] * _ROUNDS
     fit = _Script(peaks)
     got, best = _attempt(fit, BatchPolicy(budget=50))
