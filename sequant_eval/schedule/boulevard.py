@@ -73,18 +73,50 @@ def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]
     out: list[Form] = []
     index: dict[tuple, int] = {}
     alias: dict[int, int] = {}        # leaf fetched per term → first fetch of that block
+    shared = _SharedFetches()
     for form in forms:
         key, operands = _key(form, f, canon, alias)
         leaf = form.kind is FormKind.LEAF
         if key not in index:
             _, _, sliced, partial, scope, _, source, via, _, also = key
+            operands = shared.reads(form, key, operands)
             index[key] = len(out)
             out.append(Form(len(out), form.kind, form.value, form.term, sliced, partial, scope,
                             operands, source, via, form.first, form.owner, also))
             if leaf:
                 alias[index[key]] = index.setdefault(key[:8] + (-1,) + key[9:], index[key])
+                shared.fetched(index[key], key)
         canon.append(index[key])
     return _drop_unread(canon, out)
+
+
+class _SharedFetches:
+    """One fetch for the per-term copies of a block read inside one fused loop.
+
+    A whole input block is fetched per term (``forms.build_forms``: not held from one
+    term to the next), outside the loops of the term that reads it. When fusion puts the
+    loops of several terms into one, each copy would be fetched before that loop and held
+    through all of it: the same block several times at once. Readers inside the same
+    outermost loop read the first copy instead, and the others are dropped as unread."""
+
+    def __init__(self) -> None:
+        self.bare: dict[int, tuple] = {}        # per-term copy → its key without the term
+        self.first: dict[tuple, int] = {}       # (key without the term, loop) → first copy
+
+    def fetched(self, k: int, key: tuple) -> None:
+        """Canonical form ``k`` with ``key`` is a leaf; remember it if it is a copy."""
+        if key[8] >= 0:
+            self.bare[k] = key[:8] + key[9:]
+
+    def reads(self, form: Form, key: tuple, operands: tuple[int, ...]) -> tuple[int, ...]:
+        """``form``'s canonical operands with a copy read inside a loop replaced by the
+        first copy read inside that loop."""
+        scope = key[4]
+        if form.kind is FormKind.LEAF or not scope or not any(o in self.bare
+                                                              for o in operands):
+            return operands
+        return tuple(self.first.setdefault((self.bare[o], scope[0]), o)
+                     if o in self.bare else o for o in operands)
 
 
 def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
@@ -97,17 +129,19 @@ def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
     alias: dict[int, int] = {}
     links: list[tuple[int, ...]] = []      # per new form: what it reads (operands, source)
     sums: list[int] = []
+    shared = _SharedFetches()
     for form in forms:
         key, operands = _key(form, f, canon, alias)
         source = key[6]
         k = index.get(key)
         if k is None:
             k = index[key] = len(links)
-            links.append(operands + ((source,) if source >= 0 else ()))
+            links.append(shared.reads(form, key, operands) + ((source,) if source >= 0 else ()))
             if form.kind is FormKind.SUM:
                 sums.append(k)
             if form.kind is leaf:
                 alias[k] = index.setdefault(key[:8] + (-1,) + key[9:], k)
+                shared.fetched(k, key)
         canon.append(k)
     keep = reachable(sums, links.__getitem__)        # drop_unread, on the links alone
     new = {old: n for n, old in enumerate(sorted(keep))}

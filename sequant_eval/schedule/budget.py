@@ -4,7 +4,10 @@ Terms are planned one by one, but the forest holds more than one term at a time:
 equation sums, intermediates shared between terms, a term's result waiting to be added.
 After scheduling, the binding point of the sweep names the term being evaluated there and
 the *background* live around it; that term is re-planned under the budget minus its
-background, and the forest is scheduled again, until the swept peak fits. Unsliced input
+background, and the forest is scheduled again, until the swept peak fits. A round that
+finds no lower peak re-plans every term whose plan alone peaks above that target at once
+(the terms that bind in turn are usually alike), and an attempt ends after ``_STALL``
+such rounds. Unsliced input
 blocks are fetched per term (not held from one term to the next), which keeps the
 background small. If no re-planning fits, the smallest budget the planner can meet is
 searched on a fixed geometric grid between a lower bound (the equation results, whole) and
@@ -181,6 +184,13 @@ def _attempt(fit: _Fitting, policy: BatchPolicy,
         if target < (planner.menu(term).known_min_peak() or 0) or target <= 0:
             return None, best
         budgets[term] = target
+        if stall:
+            # no lower peak: the terms binding in turn are alike (mirror images, or one
+            # input block read whole by many), so every one still above the target is
+            # re-planned under it at once instead of one per round
+            for t in plan.terms:
+                if t.peak_bytes > target:
+                    budgets[t.value] = min(budgets[t.value], target)
     return None, best
 
 

@@ -1,6 +1,8 @@
 """Shared builders for schedule tests: forests from text, planned or hand-stamped."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sequant_eval as se
 from sequant_eval.forest import build_forest
 from sequant_eval.plan import BatchPlan, BatchPolicy, LoopKind, Open, plan_forest, stamp_plan
@@ -20,9 +22,11 @@ def planned(text: str, extents: dict, policy: BatchPolicy):
     return analyze_schedule(forest, plan)
 
 
-def stamped(text: str, extents: dict, policy: BatchPolicy, opens_at_root: dict):
+def stamped(text: str, extents: dict, policy: BatchPolicy, opens_at_root: dict,
+            share_leaves: bool = True):
     """Stamp loops at the root node of the terms named by their index (0-based, in forest
-    order): ``{0: [("i_1", "E"), ("k_1", "C")]}``."""
+    order): ``{0: [("i_1", "E"), ("k_1", "C")]}``; ``share_leaves=False``: whole input
+    blocks fetched per term, as the fitter plans them."""
     forest = forest_of(text, extents)
     values = sorted(forest.trees)
     stamps = {}
@@ -31,7 +35,8 @@ def stamped(text: str, extents: dict, policy: BatchPolicy, opens_at_root: dict):
         labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
         opens = tuple(Open(labels[name], LoopKind(kind)) for name, kind in spec)
         stamps[values[k]] = {tree.root: (opens, 0)}
-    return analyze_schedule(forest, stamp_plan(forest, extents, policy, stamps))
+    plan = stamp_plan(forest, extents, policy, stamps)
+    return analyze_schedule(forest, replace(plan, share_leaves=share_leaves))
 
 
 def blocks(analysis) -> list[ScopeBlock]:

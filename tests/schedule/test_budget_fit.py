@@ -133,15 +133,23 @@ def test_unsliced_floor_bounds_the_fitting_that_holds_inner_sums_whole(sinks):
 
 class _Script:
     """A stand-in fitting whose re-planning rounds return the peaks of ``peaks`` in turn
-    (the binding term always term 0, holding all but 5 B of it)."""
+    (the binding term always term 0, holding all but 5 B of it); every plan's terms alone
+    peak at ``alone`` (term → bytes); ``asked`` records each round's term budgets."""
 
-    def __init__(self, peaks):
+    def __init__(self, peaks, alone=None):
         self.peaks, self.rounds = list(peaks), 0
-        self.forest = SimpleNamespace(trees={0: None, 1: None})
+        self.alone = alone or {0: 0, 1: 0}
+        self.forest = SimpleNamespace(trees=dict.fromkeys(self.alone))
+        self.asked = []
 
     def planner(self, policy, progress=None):
         menu = SimpleNamespace(known_min_peak=lambda: 0)
-        return SimpleNamespace(plan=lambda budgets: dict(budgets), menu=lambda term: menu)
+        terms = tuple(SimpleNamespace(value=v, peak_bytes=p) for v, p in self.alone.items())
+
+        def plan(budgets):
+            self.asked.append(dict(budgets))
+            return SimpleNamespace(terms=terms)
+        return SimpleNamespace(plan=plan, menu=lambda term: menu)
 
     def prepare(self, plan):
         return plan
@@ -167,3 +175,15 @@ def test_an_attempt_gives_up_once_its_rounds_stop_finding_a_lower_peak(falling):
         assert got == "fitted" and fit.rounds == 26 > _STALL + 1
     else:
         assert got is None and best == 100 and fit.rounds == _STALL + 1
+
+
+def test_a_round_that_finds_no_lower_peak_replans_every_term_above_its_target():
+    """Hand-worked, budget 50 B, the binding term (0) holding all but 5 B of the peak:
+    round 1 (peak 100) gives term 0 the target 50 - 5 = 45 alone; round 2 reaches the
+    same peak again, so its target (44: below the last) goes to every term whose plan
+    alone peaks above it (term 1 at 60 B, not term 2 at 30 B); round 3 fits."""
+    fit = _Script([100, 100, 40], alone={0: 90, 1: 60, 2: 30})
+    got, best = _attempt(fit, BatchPolicy(budget=50))
+    assert got == "fitted" and best == 40
+    assert fit.asked == [{0: 50, 1: 50, 2: 50}, {0: 45, 1: 50, 2: 50},
+                         {0: 44, 1: 44, 2: 50}]

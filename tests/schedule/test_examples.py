@@ -145,6 +145,37 @@ def _ex8():
                    {0: [("x_1", "C")], 1: [("x_1", "C")]})
 
 
+def test_ex8_a_block_both_fused_terms_read_whole_is_fetched_once(monkeypatch):
+    """Hand-worked: ex. 8 with w = q, whole blocks fetched per term (as the fitter plans):
+    q (i·a = 4·6·8 = 192 B) is read whole inside the one fused {x} block by both terms'
+    q-products. One fetch serves both, and the peak is exactly one q below that of the
+    same schedule with a fetch per term (the per-term copies both held through the
+    block); the replay oracle agrees with the static sweep."""
+    from sequant_eval.schedule import boulevard
+
+    ext = {"i": 4, "a": 6, "x": 12}
+    text = ("R{i_1,i_2;i_3,i_4} = g{a_2;i_1;x_1} * h{i_3;a_2} * p{a_3;i_2;x_1} * q{i_4;a_3}"
+            " + g{a_2;i_1;x_1} * h{i_3;a_2} * r{a_3;i_2;x_1} * q{i_4;a_3}")
+
+    def analysis():
+        return stamped(text, ext, BatchPolicy(block={"x": 4}),
+                       {0: [("x_1", "C")], 1: [("x_1", "C")]}, share_leaves=False)
+
+    a = analysis()
+    (blk,) = blocks(a)
+    (q,) = forms_of(a, FormKind.LEAF, "q")
+    readers = [f for f in a.rich.forms if q.id in f.operands]
+    assert q.scope == () and len(readers) == 2
+    assert all(f.scope == (blk.loop,) for f in readers)
+    assert peak_profile_replay(a.ordered, a.forest, a.shapes,
+                               scratch=a.scratch).peak_bytes == a.peak_bytes
+
+    monkeypatch.setattr(boulevard._SharedFetches, "reads", lambda self, form, key, ops: ops)
+    copies = analysis()
+    assert len(forms_of(copies, FormKind.LEAF, "q")) == 2
+    assert copies.peak_bytes - a.peak_bytes == 4 * 6 * 8
+
+
 def test_ex8_shared_subterm_fuses_loops():
     """t1 = (g·h)·(p·q), t2 = (g·h)·(r·w), x stamped Contracted at each root: the shared g·h
     folds, so both roots' reductions are one {x} block, g·h is built once per batch inside,
