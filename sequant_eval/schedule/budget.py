@@ -7,12 +7,12 @@ the *background* live around it; that term is re-planned under the budget minus 
 background, and the forest is scheduled again, until the swept peak fits. A round that
 finds no lower peak re-plans every term whose plan alone peaks above that target at once
 (the terms that bind in turn are usually alike), and an attempt ends after ``_STALL``
-such rounds. Unsliced input
-blocks are fetched per term (not held from one term to the next), which keeps the
-background small. If no re-planning fits, the smallest budget the planner can meet is
-searched on a fixed geometric grid between a lower bound (the equation results, whole) and
-the least-peak schedule's peak (galloping down, then bisection), independently of the
-budget asked for, and named in InfeasibleBudget; any budget at or above it fits.
+such rounds. Unsliced input blocks are fetched per term (not held from one term to the
+next), which keeps the background small. If no re-planning fits, the smallest budget the
+planner can meet is searched on a fixed geometric grid between a lower bound (the equation
+results, whole) and the least-peak schedule's peak (galloping down, then bisection),
+independently of the budget asked for, and named in InfeasibleBudget; any budget at or
+above it fits.
 
 Everything a budget probe needs that does not depend on the budget is remembered per
 forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
