@@ -107,3 +107,73 @@ def test_random_forests_random_budgets_long(case, position, block):
     a = _check(text, extents, _budget_between(text, extents, block, position))
     if position >= 0:
         assert a is not None
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(st.integers(2, 4), st.integers(2, 4), st.integers(1, 4), st.integers(2, 12),
+       st.integers(1, 3), st.integers(0, 2**31))
+def test_fused_terms_reading_one_whole_block_fetch_it_once(terms, i, more, x, block, seed):
+    """``terms`` terms ``(g·h)·(p_k·q)``, each stamped Contracted on ``x`` at its root and
+    whole input blocks fetched per term (as the fitter plans): the shared ``g·h`` fuses
+    the terms' loops into one ``{x}`` block in which every term reads ``q`` whole. The
+    virtual extent is drawn above the occupied one (``a = i + more``), where the
+    binarization makes ``g·h`` (checked over i 2-4, a up to 8, x 2-12, 2-4 terms), and
+    every example has at least two terms: every one exercises the shared fetch.
+    Oracles: ``np.einsum`` for the values (the schedule lowered and run); the replay for
+    the peak; the same schedule with a fetch per term, whose peak is at least this one's
+    and at most ``terms - 1`` copies of ``q`` above it."""
+    import numpy as np
+    from dataclasses import replace
+
+    from sequant_eval.forest import build_forest
+    from sequant_eval.plan import LoopKind, Open, stamp_plan
+    from sequant_eval.runtime import TensorSource
+    from sequant_eval.runtime.backends import get_backend
+    from sequant_eval.runtime.engine import run_graph
+    from sequant_eval.runtime.graph import Device
+    from sequant_eval.runtime.lower import lower_schedule
+    from sequant_eval.schedule import boulevard
+
+    a = i + more
+    ext = {"i": i, "a": a, "x": x}
+    text = "R{i_1,i_2;i_3,i_4} = " + " + ".join(
+        f"g{{a_2;i_1;x_1}} * h{{i_3;a_2}} * p{k}{{a_3;i_2;x_1}} * q{{i_4;a_3}}"
+        for k in range(terms))
+    forest = build_forest(se.parse(text), ext)
+    policy = BatchPolicy(block={"x": block})
+
+    def analysis():
+        stamps = {}
+        for v, tree in forest.trees.items():
+            labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
+            stamps[v] = {tree.root: ((Open(labels["x_1"], LoopKind.CONTRACTED),), 0)}
+        plan = stamp_plan(forest, ext, policy, stamps)
+        return analyze_schedule(forest, replace(plan, share_leaves=False))
+
+    got = analysis()
+    qs = [f for f in got.rich.forms if f.kind is FormKind.LEAF
+          and forest.values[f.value].tensor == "q"]
+    assert len(forest.trees) == terms and len(got.rich.loops) == 1      # one fused block
+    assert len(qs) == 1 and sum(qs[0].id in f.operands for f in got.rich.forms) == terms
+    assert got.peak_bytes == peak_profile_replay(got.ordered, forest, got.shapes,
+                                                 scratch=got.scratch).peak_bytes
+
+    rng = np.random.default_rng(seed)
+    arrays = {"g": rng.standard_normal((a, i, x)), "h": rng.standard_normal((i, a)),
+              "q": rng.standard_normal((i, a))}
+    arrays |= {f"p{k}": rng.standard_normal((a, i, x)) for k in range(terms)}
+    low = lower_schedule(got)
+    out, _ = run_graph(low.graph, low.root_nodes(), forest, {Device.CPU: get_backend("numpy")},
+                       TensorSource(forest, arrays, ext), None, None, low.form_of)
+    want = sum(np.einsum("bix,kb,cjx,lc->ijkl", arrays["g"], arrays["h"], arrays[f"p{k}"],
+                         arrays["q"]) for k in range(terms))
+    result = np.asarray(out[low.roots["R"]])
+    assert np.abs(result - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
+
+    original = boulevard._SharedFetches.reads
+    boulevard._SharedFetches.reads = lambda self, form, key, ops: ops
+    try:
+        copies = analysis()
+    finally:
+        boulevard._SharedFetches.reads = original
+    assert 0 <= copies.peak_bytes - got.peak_bytes <= (terms - 1) * i * a * 8
