@@ -35,7 +35,7 @@ import opt_einsum
 from ..forest.values import Value
 
 __all__ = ["ArrayView", "ContractPlan", "plan_contraction", "GEMM", "MULTIPLY", "EINSUM",
-           "ZEROS"]
+           "ZEROS", "COPY_FLOPS"]
 
 GEMM, MULTIPLY, EINSUM, ZEROS = "gemm", "multiply", "einsum", "zeros"
 
@@ -48,6 +48,8 @@ _STORE_US = 1e-4              # per result element written by a GEMM call
 _COPY_US = 1.5e-3             # per element of a transposing copy (allocation included)
 _REDUCE_US = 1.0e-3           # per element of a partial-product temporary (write, then sum)
 _STRIDED_US = 4e-3            # per element of a vector read with a non-unit stride (a cache line)
+#: One copied entry in flops of a large dgemm (``_COPY_US`` at ``_GEMM_FLOPS_PER_US``).
+COPY_FLOPS = round(_COPY_US * _GEMM_FLOPS_PER_US)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,15 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..forest.values import Forest, ValueKind
+from .kernels import COPY_FLOPS
 from .loops import Loop, LoopKind
 from .planner import BatchPlan
 from .sizes import Sizer
 
 __all__ = ["SlicedSum", "slice_sums", "sliceable_sums", "orient_sums", "MODES"]
-
-#: Flops one copied array entry costs in the kernel model (1.5 ns against 120 GFLOP/s:
-#: ``plan/kernels.py``'s ``_COPY_US`` and ``_GEMM_FLOPS_PER_US``).
-COPY_FLOPS = 180
 
 #: An inner sum is sliced on at most this many modes (the first of each of its largest
 #: batchable spaces: for a triples residual one virtual and one occupied mode).

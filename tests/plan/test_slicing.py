@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import sequant_eval as se
 from sequant_eval.forest import build_forest
-from sequant_eval.plan import BatchPolicy
-from sequant_eval.plan import slicing
+from sequant_eval.plan import BatchPolicy, slicing
 
 TEXT = "R2{a_1,a_2;i_1,i_2} = A{a_1,a_2;i_1,i_2} * f{a_1;a_3} * t2{a_3,a_2;i_1,i_2}"
 EXTENTS = {"i": 3, "a": 8}

@@ -5,13 +5,23 @@ unbatched walk's dry-run meter for the infinite budget; the budget itself per te
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sequant_eval as se
-from sequant_eval.plan import BatchPlan, BatchPolicy, plan_forest
-from sequant_eval.schedule import FormKind, ScopeBlock, analyze_schedule
+from sequant_eval.forest import build_forest
+from sequant_eval.plan import (BatchPlan, BatchPolicy, LoopKind, Open, plan_forest,
+                               stamp_plan)
+from sequant_eval.runtime import TensorSource
+from sequant_eval.runtime.backends import get_backend
+from sequant_eval.runtime.engine import run_graph
+from sequant_eval.runtime.graph import Device
+from sequant_eval.runtime.lower import lower_schedule
+from sequant_eval.schedule import FormKind, ScopeBlock, analyze_schedule, boulevard
 from sequant_eval.schedule.analysis import term_peak
 from sequant_eval.schedule.peak import peak_profile_replay
 
@@ -122,18 +132,6 @@ def test_fused_terms_reading_one_whole_block_fetch_it_once(terms, i, more, x, bl
     Oracles: ``np.einsum`` for the values (the schedule lowered and run); the replay for
     the peak; the same schedule with a fetch per term, whose peak is at least this one's
     and at most ``terms - 1`` copies of ``q`` above it."""
-    import numpy as np
-    from dataclasses import replace
-
-    from sequant_eval.forest import build_forest
-    from sequant_eval.plan import LoopKind, Open, stamp_plan
-    from sequant_eval.runtime import TensorSource
-    from sequant_eval.runtime.backends import get_backend
-    from sequant_eval.runtime.engine import run_graph
-    from sequant_eval.runtime.graph import Device
-    from sequant_eval.runtime.lower import lower_schedule
-    from sequant_eval.schedule import boulevard
-
     a = i + more
     ext = {"i": i, "a": a, "x": x}
     text = "R{i_1,i_2;i_3,i_4} = " + " + ".join(
