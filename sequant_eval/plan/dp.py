@@ -345,18 +345,31 @@ def _pairings(lu: list[tuple], lv: list[tuple], depth: int, accs: tuple[int, ...
     first, other = [], []
     for pu, hu, su, ku, flu, gu, nu in lu:
         for pv, hv, sv, kv, flv, gv, nv in lv:
-            a = [max(pu[d] + sv[d], hu[d] + pv[d]) for d in lower]
-            b = [max(pv[d] + su[d], hv[d] + pu[d]) for d in lower]
-            last = hu[inner] + hv[inner] + tail
-            a.append(max(last, *(max(pu[d] + sv[d], hu[d] + pv[d]) + acc[d] for d in upper)))
-            b.append(max(last, *(max(pv[d] + su[d], hv[d] + pu[d]) + acc[d] for d in upper)))
-            hold = tuple(x + y for x, y in zip(ku, kv))
+            a, b = [], []
+            for d in lower:
+                x, y = pu[d] + sv[d], hu[d] + pv[d]
+                a.append(x if x > y else y)
+                x, y = pv[d] + su[d], hv[d] + pu[d]
+                b.append(x if x > y else y)
+            top_a = top_b = hu[inner] + hv[inner] + tail
+            for d in upper:
+                x, y = pu[d] + sv[d], hu[d] + pv[d]
+                x = (x if x > y else y) + acc[d]
+                if x > top_a:
+                    top_a = x
+                x, y = pv[d] + su[d], hv[d] + pu[d]
+                x = (x if x > y else y) + acc[d]
+                if x > top_b:
+                    top_b = x
+            a.append(top_a)
+            b.append(top_b)
+            hold = tuple(x + y for x, y in zip(ku, kv)) if ku else ()
             fl, nl, config = flu + flv + flops, nu + nv + nopen, gu + gv
             (pd, gd), (po, go) = ((a, mine_u), (b, mine_v)) if default_first == 0 else \
                 ((b, mine_v), (a, mine_u))
             pd, po = tuple(pd), tuple(po)
             first.append((fl, nl, max(pd), pd, hold, res, config + gd))
-            if any(x < y for x, y in zip(po, pd)):
+            if po != pd and any(x < y for x, y in zip(po, pd)):
                 other.append((fl, nl, max(po), po, hold, res, config + go))
     return first + other
 
