@@ -17,6 +17,7 @@ loop (once), as for any external loop at a term's root.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import prod
 
 from ..forest.values import Forest, ValueKind
 from .kernels import COPY_FLOPS
@@ -113,27 +114,12 @@ def _recompute(tree, labels, sizer: Sizer) -> float:
     triples amplitude read once per batch of a label only a Fock factor has)."""
     total = 0.0
     for node in tree.nodes:
-        if not node.children:
-            again = 1
-            for ix in labels:
-                if ix not in node.labels:
-                    again *= sizer.nbatches(ix)
-            size = 1.0
-            for ix in node.labels:
-                size *= sizer.extent(ix)
-            total += COPY_FLOPS * size * (again - 1)
+        again = prod(sizer.nbatches(ix) for ix in labels if ix not in node.labels)
+        if not node.children:           # an input block: read whole in every such batch
+            total += COPY_FLOPS * prod(sizer.extent(ix) for ix in node.labels) * (again - 1)
             continue
-        seen = set(node.labels)
-        for c in node.children:
-            seen |= set(tree.nodes[c].labels)
-        flops = 1.0
-        for ix in seen:
-            flops *= sizer.extent(ix)
-        again = 1
-        for ix in labels:
-            if ix not in node.labels:
-                again *= sizer.nbatches(ix)
-        total += flops * again
+        seen = set(node.labels).union(*(tree.nodes[c].labels for c in node.children))
+        total += prod(sizer.extent(ix) for ix in seen) * again
     return total
 
 

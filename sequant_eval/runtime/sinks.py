@@ -112,19 +112,7 @@ class _ArraySink(Sink):
     def _add(self, offset, view, alpha) -> None:
         region = self.dest[_shift(tuple(slice(0, n) for n in view.shape), offset)] \
             if view.ndim else self.dest[...]
-        if alpha == 1.0:
-            np.add(region, view, out=region)
-        elif alpha == -1.0:
-            np.subtract(region, view, out=region)
-        else:
-            tmp = np.empty(sink_piece_bytes(view.shape, self.itemsize) // self.itemsize,
-                           np.result_type(view, region))
-            for local in self._pieces(view.shape):
-                part = view[local]
-                scaled = tmp[: part.size].reshape(part.shape)
-                np.multiply(part, alpha, out=scaled)
-                target = region[local]
-                np.add(target, scaled, out=target)
+        add_scaled(region, view, alpha)           # a scaled addend piece by piece
 
 
 class _DatasetSink(Sink):
