@@ -196,6 +196,11 @@ class StagedEvaluator:
         """The programs of all the stages: charged to a finite budget before any array."""
         return sum(self._reserves())
 
+    def program_reserve(self) -> int:
+        """What a finite budget charges for the stages' programs (all held at once), as
+        :meth:`Evaluator.program_reserve` does for one program."""
+        return self._program_bytes()
+
     def _unbatched_peak(self) -> int:
         totals = []
         for s, stage in enumerate(self.stage_equations):

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..api import Evaluator
 from ..api.staged import StagedReport
+from ..api.symmetric import SymmetricReport, SymmetricSum
 from ..budget import Budget
 from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature, UsageError
 from ..expr import parse
@@ -61,7 +62,8 @@ from .denominators import OrbitalDenominator
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
            "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES", "FACTORED_FILES",
-           "factored_text", "factored_equations", "FORMS"]
+           "factored_text", "factored_equations", "SYMMETRIC_FILES", "SYMMETRIC_GROUP",
+           "symmetric_text", "symmetric_equations", "FORMS"]
 
 #: The packaged (T) energy file of each kind of reference orbitals.
 TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt",
@@ -70,6 +72,11 @@ TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt
 #: once, as intermediates (evaluated in stages), then one product.
 FACTORED_FILES = {"closed-shell": "ccsd_t_cs_factored.txt",
                   "spin-orbital": "ccsd_t_so_factored.txt"}
+#: The packaged (T) energy of the kinds written symmetric in the virtual labels: evaluated
+#: over the ordered tuples of virtual blocks only (``api/symmetric.py``).
+SYMMETRIC_FILES = {"closed-shell": "ccsd_t_cs_symmetric.txt"}
+#: The virtual labels the symmetric form's summand is symmetric in.
+SYMMETRIC_GROUP = ("a_1", "a_2", "a_3")
 
 _HEADER = """\
 # Closed-shell (RHF) (T) energy of CCSD(T) over spatial orbitals (canonical orbitals).
@@ -293,6 +300,65 @@ def _factored_lines(kind: str) -> list[str]:
             f"ET = 1/4 X{{{base}}} * D3{{{base}}} * Y{{{base}}}"]
 
 
+_SYMMETRIC_HEADER = """\
+# Closed-shell (RHF) (T) energy of CCSD(T), written so that its summand is symmetric in
+# the virtual labels a_1, a_2, a_3: evaluated over the ordered tuples of virtual blocks
+# only, each weighed by its orbit (sequant_eval/api/symmetric.py; PySCF's a >= b >= c).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`
+# (sequant_eval/chem/triples.py writes it from the pieces of ccsd_t_cs.txt).
+#
+# With w and v as in ccsd_t_cs.txt and P6 the six joint permutations of the pairs
+# (i_1,a_1), (i_2,a_2), (i_3,a_3): Yw = P6 w, Y = Yw + 1/2 P6 v (both unchanged by a joint
+# permutation), Z = r3 Y with r3 acting on the occupied labels (4 the identity, 1 a
+# 3-cycle, -2 a swap; by the joint symmetry the same as on the virtual ones), and
+#   ET = 2 sum w * D3 * Z = 1/3 sum Yw * D3 * Z
+# (Z / D3 is unchanged by a joint permutation, so w may be replaced by its average over
+# them). Every factor of ET is jointly symmetric; summed over the occupied labels, the
+# summand is symmetric in a_1, a_2, a_3.
+# Tensors and layouts as in ccsd_t_cs.txt.
+"""
+
+
+def _symmetric_lines() -> list[str]:
+    """The closed-shell symmetric (T) equations, one string each (``_SYMMETRIC_HEADER``)."""
+    def at(o, v) -> str:
+        return f"{','.join(o)};{','.join(v)}"
+
+    base = at(_O, _V)
+    perms = list(itertools.permutations(range(3)))
+    yw = [piece for p in perms for piece in _w([_O[k] for k in p], [_V[k] for k in p], 4)]
+    yv = [(Fraction(sign, 2), text) for p in perms
+          for sign, text in _v([_O[k] for k in p], [_V[k] for k in p])]
+    return [
+        f"Yw{{{base}}} = " + _signed(yw),
+        f"Y{{{base}}} = " + _signed([(1, f"Yw{{{base}}}")] + yv),
+        f"Z{{{base}}} = " + _signed([(_r3_weight(p), f"Y{{{at([_O[k] for k in p], _V)}}}")
+                                     for p in perms]),
+        f"ET = 1/3 Yw{{{base}}} * D3{{{base}}} * Z{{{base}}}"]
+
+
+def symmetric_text(kind: str = "closed-shell") -> str:
+    """The text of the packaged symmetric (T) file of ``kind`` (:data:`SYMMETRIC_FILES`):
+    the same energy as :func:`triples_text`'s products, its summand symmetric in
+    :data:`SYMMETRIC_GROUP`; deterministic, byte for byte."""
+    if _kind(kind) not in SYMMETRIC_FILES:
+        raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals; the kinds "
+                                 f"with one are {', '.join(SYMMETRIC_FILES)}")
+    eqs = [parse(line)[0] for line in _symmetric_lines()]
+    return _SYMMETRIC_HEADER + "\n" + "".join(
+        format_equation(eq, one_term_per_line=True, indent="    ") + "\n" for eq in eqs)
+
+
+@lru_cache(maxsize=len(SYMMETRIC_FILES))
+def symmetric_equations(kind: str = "closed-shell"):
+    """The packaged symmetric (T) equations of ``kind``, parsed once."""
+    if _kind(kind) not in SYMMETRIC_FILES:
+        raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals")
+    text = resources.files("sequant_eval.chem").joinpath(
+        "data", SYMMETRIC_FILES[kind]).read_text(encoding="utf-8")
+    return tuple(parse(text))
+
+
 def factored_text(kind: str = "closed-shell") -> str:
     """The text of the packaged factored (T) file of ``kind`` (:data:`FACTORED_FILES`):
     the same energy as :func:`triples_text`'s products, the triples made once as
@@ -362,7 +428,7 @@ class TriplesResult:
 
 
 #: The forms of the (T) energy ``triples_evaluator`` can be asked for (None: chosen).
-FORMS = ("factored", "products")
+FORMS = ("symmetric", "factored", "products")
 
 
 def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
@@ -371,7 +437,11 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     or a share of the products' unbatched peak, as everywhere) or, without one,
     ``max_memory`` (MB, PySCF's) once the unbatched evaluation would exceed it.
 
-    Where the factored form (:func:`factored_text`: the triples made whole once, then one
+    Closed shell: the symmetric form (:func:`symmetric_text`), summed over the ordered
+    tuples of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`,
+    PySCF's a ≥ b ≥ c on blocks), its blocks as large as the budget (or ``max_memory``)
+    and :data:`~sequant_eval.api.symmetric.TUPLE_BYTES` allow. Spin orbitals: where the
+    factored form (:func:`factored_text`: the triples made whole once, then one
     product) fits, that is evaluated: a few passes over the triples instead of one per
     product; unbudgeted (or within ``max_memory``) whole, under a budget with its stages
     batched as far as they need. Otherwise, or for a kind without one, the products
@@ -383,8 +453,16 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     if form == "factored" and kind not in FACTORED_FILES:
         raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals; the kinds "
                                  f"with one are {', '.join(FACTORED_FILES)}")
+    if form == "symmetric" and kind not in SYMMETRIC_FILES:
+        raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals; the kinds "
+                                 f"with one are {', '.join(SYMMETRIC_FILES)}")
     extents = dict(ints.extents)
     chosen = Budget.parse(budget)
+    if form == "symmetric" or (form is None and kind in SYMMETRIC_FILES):
+        if chosen.unlimited and max_memory is not None:
+            chosen = Budget.megabytes(max_memory)
+        return SymmetricSum(symmetric_equations(kind), extents, SYMMETRIC_GROUP,
+                            budget=chosen)
     eqs = triples_equations(kind)
 
     def products(limit: Budget) -> Evaluator:
@@ -492,7 +570,7 @@ def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
     ev = triples_evaluator(ints, budget, max_memory, kind, form)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
-    if isinstance(report, StagedReport):             # the factored form
+    if isinstance(report, (StagedReport, SymmetricReport)):   # in stages, or by tuples
         budget_bytes = report.budget_bytes
     else:
         budget_bytes = None if ev.policy is None else ev.policy.budget

@@ -196,6 +196,8 @@ def _cmd_regen(args: argparse.Namespace) -> int:
             for kind, name in triples.TRIPLES_FILES.items()}
     made.update({derive.DATA_PATH.with_name(name): triples.factored_text(kind)
                  for kind, name in triples.FACTORED_FILES.items()})
+    made.update({derive.DATA_PATH.with_name(name): triples.symmetric_text(kind)
+                 for kind, name in triples.SYMMETRIC_FILES.items()})
     if args.check:
         closed = derive.closed_shell_text(text)
         fresh = {derive.DATA_PATH: text, derive.CLOSED_SHELL_PATH: closed,

@@ -15,6 +15,7 @@ from pyscf import cc, gto, scf  # noqa: E402
 
 import sequant_eval as se  # noqa: E402
 from sequant_eval.api.staged import StagedReport  # noqa: E402
+from sequant_eval.api.symmetric import SymmetricReport  # noqa: E402
 from sequant_eval.chem import CCSD  # noqa: E402
 from sequant_eval.chem import triples  # noqa: E402
 from sequant_eval.chem.closed_shell import ClosedShellIntegrals  # noqa: E402
@@ -100,17 +101,19 @@ def test_batched_triples_equal_unbatched_and_stay_within_budget():
 
 
 def test_a_budget_below_the_smallest_is_refused_before_work():
-    """A budget neither form fits is refused naming the smaller of their minima, which
-    fits (here the factored one: the products' program alone is larger), and a budget
-    just below it is refused with the same minimum."""
+    """A budget the symmetric form cannot fit even with blocks of one virtual is refused
+    before any work, naming a minimum that fits; a budget just below it is refused with
+    the same minimum."""
     mf, ref, _ = _pyscf(WATER, "sto-3g")
     ints = ClosedShellIntegrals.from_scf(mf)
-    with pytest.raises(se.InfeasibleBudget, match="fits neither form") as refused:
+    with pytest.raises(se.InfeasibleBudget, match="smallest that works") as refused:
         triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=1000)
     least = refused.value.minimum
+    whole = triples.ccsd_t_energy(ints, ref.t1, ref.t2)
     at = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=least)
-    assert isinstance(at.report, StagedReport) and at.report.total_bytes <= least
-    with pytest.raises(se.InfeasibleBudget, match="smallest feasible budget") as again:
+    assert isinstance(at.report, SymmetricReport) and at.report.total_bytes <= least
+    assert abs(at.e_t - whole.e_t) <= 1e-12 * abs(whole.e_t)
+    with pytest.raises(se.InfeasibleBudget, match="smallest that works") as again:
         triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=least - 64)
     assert again.value.minimum == least
     with pytest.raises(se.ShapeMismatch, match="t2"):
@@ -206,41 +209,43 @@ def test_the_packaged_factored_files_are_their_regeneration(kind, terms):
         triples.factored_text("unrestricted")
 
 
-def test_factored_triples_equal_the_products_and_are_chosen_where_they_fit():
+def test_factored_triples_equal_the_products():
     """The factored form (the triples made whole once, in stages) gives the products'
     E(T) to 1e-12 relative, with metered = predicted peak and what the process allocates
     (tracemalloc) within the budget in a first evaluation (its programs built) and within
-    5 % of the prediction in the next; it is chosen unbudgeted and
-    under a budget it fits (its stages batched where they need to be), a share being of
-    the products' unbatched peak; ``form`` asks for either."""
+    5 % of the prediction in the next; under a budget its stages batch where they need
+    to, a share being of the products' unbatched peak; ``form`` asks for each."""
     mf, ref, e_ref = _pyscf(WATER, "6-31g")
     ints = ClosedShellIntegrals.from_scf(mf)
     tensors = triples.triples_tensors(ints, ref.t1, ref.t2)
     products = se.Evaluator(triples.triples_equations(), ints.extents, share_subproducts=True)
     e_products = float(products.evaluate(tensors)["ET"])
-    whole = triples.ccsd_t_energy(ints, ref.t1, ref.t2)
+    whole = triples.ccsd_t_energy(ints, ref.t1, ref.t2, form="factored")
     assert isinstance(whole.report, StagedReport) and len(whole.report.stages) == 5
     assert abs(whole.e_t - e_products) <= 1e-12 * abs(e_products)
     assert abs(whole.e_t - e_ref) < 1e-10
     assert whole.meter.peak_bytes == whole.report.peak_bytes
     o, v = ints.nocc, ints.nvir
     assert whole.report.peak_bytes >= 4 * 8 * o**3 * v**3      # W, X, Y, Z whole (stage 4)
-    fixed = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=2 * whole.report.peak_bytes)
+    fixed = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=2 * whole.report.peak_bytes,
+                                  form="factored")
     assert isinstance(fixed.report, StagedReport)
     assert fixed.e_t == whole.e_t and fixed.report.total_bytes <= fixed.budget_bytes
-    ev = triples.triples_evaluator(ints, 2 * whole.report.peak_bytes)   # planned here
+    ev = triples.triples_evaluator(ints, 2 * whole.report.peak_bytes, form="factored")
     _, first = traced_peak(lambda: ev.evaluate(tensors))    # programs, kernel plans built
     assert first <= fixed.budget_bytes, (first, fixed.budget_bytes)
     _, traced = traced_peak(lambda: ev.evaluate(tensors))
     assert traced <= 1.05 * fixed.report.total_bytes, (traced, fixed.report.total_bytes)
     # with less room than the unbatched stages and their programs need, the stages batch
-    tight = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=whole.report.peak_bytes + 1)
+    tight = triples.ccsd_t_energy(ints, ref.t1, ref.t2, budget=whole.report.peak_bytes + 1,
+                                  form="factored")
     assert isinstance(tight.report, StagedReport) and tight.report.loops
     assert abs(tight.e_t - whole.e_t) <= 1e-12 * abs(whole.e_t)
     assert tight.meter.peak_bytes == tight.report.peak_bytes
     assert tight.report.total_bytes <= tight.budget_bytes
-    # a share is of the products' unbatched peak; the factored form takes it where it fits
-    assert isinstance(triples.triples_evaluator(ints, "10%").analyze(), StagedReport)
+    # a share is of the products' unbatched peak
+    assert isinstance(triples.triples_evaluator(ints, "10%", form="factored").analyze(),
+                      StagedReport)
     assert not isinstance(triples.triples_evaluator(ints, form="products").analyze(),
                           StagedReport)
     with pytest.raises(se.UsageError, match="'fast' is not a form"):

@@ -1,0 +1,139 @@
+"""Sums over ordered block tuples (api/symmetric.py).
+
+Oracles: ``np.einsum`` over the full ranges, written in the test; hand-counted orbits and
+tuple counts; the tracemalloc peak of the process for the memory figures."""
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+import pytest
+
+import sequant_eval as se
+from sequant_eval.api.symmetric import SymmetricSum, orbit_size, ordered_tuples
+from tests.oracles.spin_orbital import traced_peak
+
+V, O = 7, 3
+
+
+def _symmetric(rng, shape_v: int, extra: int) -> np.ndarray:
+    """A random T[a, b, c, i] symmetric in a, b, c."""
+    t = rng.standard_normal((shape_v,) * 3 + (extra,))
+    return sum(t.transpose(p + (3,)) for p in
+               [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+
+
+def _inputs(seed: int = 0, v: int = V, o: int = O):
+    rng = np.random.default_rng(seed)
+    return {"T": _symmetric(rng, v, o), "u": rng.standard_normal((v, o)),
+            "h": rng.standard_normal((o, o))}
+
+
+# R_i = Σ_abc T_abci u_ai u_bi u_ci: the summand is symmetric in a, b, c for each i
+ONE = "R{i_1} = T{a_1,a_2,a_3,i_1} * u{a_1;i_1} * u{a_2;i_1} * u{a_3;i_1}"
+# the same through an intermediate and a second stage, an unrestricted sum (i_2) kept
+STAGED = """
+Y{a_1,a_2,a_3;i_1} = T{a_1,a_2,a_3,i_1} * u{a_1;i_1} * u{a_2;i_1}
+    + T{a_2,a_3,a_1,i_1} * u{a_2;i_1} * u{a_3;i_1}
+    + T{a_3,a_1,a_2,i_1} * u{a_3;i_1} * u{a_1;i_1}
+E = Y{a_1,a_2,a_3;i_1} * h{i_1;i_2} * T{a_1,a_2,a_3,i_2}
+"""
+
+
+def _oracle(x) -> dict[str, np.ndarray]:
+    r = np.einsum("abci,ai,bi,ci->i", x["T"], x["u"], x["u"], x["u"])
+    y = (np.einsum("abci,ai,bi->abci", x["T"], x["u"], x["u"])
+         + np.einsum("bcai,bi,ci->abci", x["T"], x["u"], x["u"])
+         + np.einsum("cabi,ci,ai->abci", x["T"], x["u"], x["u"]))
+    e = np.einsum("abci,ij,abcj->", y, x["h"], x["T"])
+    return {"R": r, "E": e}
+
+
+def test_ordered_tuples_and_their_orbits_cover_every_tuple_once():
+    """Hand count: C(n + 2, 3) non-increasing triples of n blocks, and their orbit sizes
+    (6 distinct, 3 with a pair, 1 all equal) add up to the n³ tuples."""
+    for n in range(1, 7):
+        tuples = ordered_tuples(n, 3)
+        assert len(tuples) == comb(n + 2, 3)
+        assert all(t[0] >= t[1] >= t[2] for t in tuples)
+        assert sum(orbit_size(t) for t in tuples) == n ** 3
+    assert [orbit_size(t) for t in [(2, 1, 0), (1, 1, 0), (1, 0, 0), (0, 0, 0)]] == [6, 3, 3, 1]
+
+
+@pytest.mark.parametrize("block", range(1, V + 1))
+def test_every_block_size_gives_the_full_sum(block):
+    """Ordered tuples with orbit weights equal the einsum over every a, b, c (1e-12
+    relative), a final result carrying an index outside the group (R_i), and an energy
+    read from an intermediate in a later stage."""
+    x, want = _inputs(), _oracle(_inputs())
+    got = SymmetricSum(ONE, {"i": O, "a": V}, ("a_1", "a_2", "a_3"), block=block).evaluate(x)
+    np.testing.assert_allclose(got["R"], want["R"], rtol=1e-12, atol=0)
+    staged = SymmetricSum(STAGED, {"i": O, "a": V}, ("a_1", "a_2", "a_3"), block=block)
+    e = staged.evaluate(x)["E"]
+    assert abs(e - want["E"]) <= 1e-12 * abs(want["E"])
+    report = staged.analyze()
+    assert report.tuples == comb(report.blocks + 2, 3)
+
+
+def test_a_summand_not_symmetric_gives_another_sum():
+    """The symmetry is the caller's declaration: with T not symmetric, the ordered tuples
+    miss the other orderings (the check above could fail)."""
+    x = _inputs()
+    x["T"] = np.random.default_rng(5).standard_normal((V, V, V, O))
+    got = SymmetricSum(ONE, {"i": O, "a": V}, ("a_1", "a_2", "a_3"), block=2).evaluate(x)
+    want = np.einsum("abci,ai,bi,ci->i", x["T"], x["u"], x["u"], x["u"])
+    assert not np.allclose(got["R"], want, rtol=1e-6)
+
+
+def test_budgeted_sum_is_as_predicted_and_within_budget():
+    """Under a budget the blocks shrink; metered = predicted <= budget, what the process
+    allocates in a first evaluation (programs built) stays within the budget, and the
+    result is the unbudgeted one to 1e-12 (extents at which the arrays, not the
+    programs, set the peak)."""
+    x = _inputs(1, v=24, o=8)
+    ext = {"i": 8, "a": 24}
+    whole = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"))
+    ref = whole.evaluate(x)["E"]
+    budget = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6,
+                          budget=1e9).analyze().total_bytes
+    small = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget)
+    report = small.analyze()
+    assert 6 <= small.block < whole.block and report.total_bytes <= budget
+    (got, meter), traced = traced_peak(lambda: small.evaluate(x, return_meter=True))
+    assert meter.peak_bytes == report.peak_bytes
+    assert traced <= budget, (traced, budget)
+    assert abs(got["E"] - ref) <= 1e-12 * abs(ref)
+
+
+def test_a_budget_below_blocks_of_one_is_refused_with_a_minimum_that_fits():
+    ext = {"i": O, "a": V}
+    with pytest.raises(se.InfeasibleBudget, match="smallest that works") as refused:
+        SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=2000).analyze()
+    least = refused.value.minimum
+    fits = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=least)
+    assert fits.analyze().total_bytes <= least
+    with pytest.raises(se.InfeasibleBudget) as again:
+        SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=least - 8).analyze()
+    assert again.value.minimum == least
+
+
+@pytest.mark.parametrize("text, group, error, match", [
+    (ONE, ("a_1",), se.UsageError, "two or more"),
+    (ONE, ("a_1", "a_9"), se.ExpressionError, "a_9 is not in"),
+    (ONE, ("a_1", "i_1"), se.ExpressionError, "one space"),
+    ("R{a_1} = T{a_1,a_2,a_3,i_1} * u{a_2;i_1} * u{a_3;i_1}", ("a_1", "a_2"),
+     se.ExpressionError, "carries a group index"),
+    ("Y{a_1,a_2;i_1} = u{a_1;i_1} * u{a_2;i_1}\nE = Y{a_2,a_1;i_1} * T{a_1,a_2,a_2,i_1}",
+     ("a_1", "a_2"), se.ExpressionError, "other slots"),
+], ids=["one index", "unknown", "two spaces", "result carries it", "permuted read"])
+def test_refusals_name_the_culprit(text, group, error, match):
+    with pytest.raises(error, match=match):
+        SymmetricSum(text, {"i": O, "a": V}, group)
+
+
+def test_a_bad_block_or_tensor_is_refused():
+    with pytest.raises(se.UsageError, match="block must be"):
+        SymmetricSum(ONE, {"i": O, "a": V}, ("a_1", "a_2", "a_3"), block=V + 1)
+    with pytest.raises(se.InputTypeError, match="tensor 'u'"):
+        SymmetricSum(ONE, {"i": O, "a": V}, ("a_1", "a_2", "a_3")).evaluate(
+            {**_inputs(), "u": 3})
