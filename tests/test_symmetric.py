@@ -137,3 +137,40 @@ def test_a_bad_block_or_tensor_is_refused():
     with pytest.raises(se.InputTypeError, match="tensor 'u'"):
         SymmetricSum(ONE, {"i": O, "a": V}, ("a_1", "a_2", "a_3")).evaluate(
             {**_inputs(), "u": 3})
+
+
+def test_two_workers_give_the_sum_the_same_bits_every_time_within_the_budget():
+    """Two threads, each evaluating every other tuple with its own evaluators: the sum is
+    the one-worker sum to 1e-12 and the same bits on every run (summed in worker order);
+    the peak counts both workers' tuples (metered = predicted), and what the process
+    allocates stays within the budget."""
+    x = _inputs(2, v=24, o=8)
+    ext = {"i": 8, "a": 24}
+    one = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6)
+    two = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6, workers=2)
+    ref = one.evaluate(x)["E"]
+    first, second = two.evaluate(x)["E"], two.evaluate(x)["E"]
+    assert abs(first - ref) <= 1e-12 * abs(ref) and first == second
+    solo = one.analyze().peak_bytes
+    assert two.analyze().peak_bytes == 2 * solo
+    budget = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6, workers=2,
+                          budget=1e9).analyze().total_bytes
+    fit = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget, workers=2)
+    report = fit.analyze()
+    assert fit.workers == 2 and report.total_bytes <= budget
+    (got, meter), traced = traced_peak(lambda: fit.evaluate(x, return_meter=True))
+    assert meter.peak_bytes == report.peak_bytes and traced <= budget, (traced, budget)
+    assert abs(got["E"] - ref) <= 1e-12 * abs(ref)
+
+
+def test_a_budget_too_small_for_every_worker_uses_fewer():
+    """Where a worker's share would not hold blocks of one element whole, fewer workers
+    run; the smallest budget is the one-worker minimum, whatever was asked."""
+    ext = {"i": O, "a": V}
+    with pytest.raises(se.InfeasibleBudget) as refused:
+        SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=2000, workers=4).analyze()
+    least = refused.value.minimum
+    fit = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=least, workers=4)
+    assert fit.workers == 1 and fit.analyze().total_bytes <= least
+    with pytest.raises(se.UsageError, match="workers must be"):
+        SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), workers=0)

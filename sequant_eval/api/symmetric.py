@@ -109,11 +109,16 @@ class SymmetricSum:
 
     ``block``: the block size (default: the largest whose tuple evaluations fit
     ``budget`` — bytes, text, or a share of the unbatched peak, one block's — whole and
-    peak within :data:`TUPLE_BYTES`). Results are the equations no other equation
-    reads; none may carry a group index."""
+    peak within :data:`TUPLE_BYTES`). ``workers``: tuples evaluated at once, each by a
+    thread of its own with its own evaluators (NumPy releases the interpreter in its
+    kernels), the BLAS held to one thread meanwhile; each worker holds its own tuple, so
+    a budget is shared out between them, and fewer are used where a budget does not fit
+    them all. Results are the equations no other equation reads; none may carry a group
+    index; they are summed in a fixed order (the same bits every time)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
-                 group: Sequence[str], block: int | None = None, budget=None) -> None:
+                 group: Sequence[str], block: int | None = None, budget=None,
+                 workers: int = 1) -> None:
         self.equations = as_equations(eqs)
         self.extents = dict(extents)
         self.group = _group_indices(self.equations, group)
@@ -121,6 +126,8 @@ class SymmetricSum:
         if self.space not in self.extents:
             raise UsageError(f"the group's space {self.space!r} has no extent; give it in "
                              f"extents")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise UsageError(f"workers must be a positive integer, got {workers!r}")
         self.budget = Budget.parse(budget)
         read = {t.name for eq in self.equations for p in eq.terms for t in p.factors}
         self.outputs = tuple(eq.name for eq in self.equations if eq.name not in read)
@@ -135,6 +142,7 @@ class SymmetricSum:
         if self.budget.share is not None:          # of the unbatched peak: one block
             whole = self._evaluator(*self._kind([(0, extent)], (0,) * len(self.group)), None)
             self.budget = Budget.parse(self.budget.share * whole.analyze().peak_bytes)
+        self.workers = self._chosen_workers(workers)
         self.block = block if block is not None else self._chosen_block(extent)
 
     # ----------------------------------------------------------------- tuples
@@ -151,8 +159,9 @@ class SymmetricSum:
                        for k, b in enumerate(blocks))
         return spaces, tuple(ranges[b][1] - ranges[b][0] for b in blocks)
 
-    def _evaluator(self, spaces: tuple[str, ...], sizes: tuple[int, ...], budget):
-        key = (spaces, sizes, budget)
+    def _evaluator(self, spaces: tuple[str, ...], sizes: tuple[int, ...], budget,
+                   worker: int = 0):
+        key = (spaces, sizes, budget, worker)
         ev = self._evaluators.get(key)
         if ev is None:
             rename = dict(zip(self.group, spaces))
@@ -176,23 +185,38 @@ class SymmetricSum:
         return kinds
 
     # ----------------------------------------------------------------- memory
+    def _share(self, workers: int | None = None) -> float:
+        """Each worker's part of the budget (inf unbudgeted)."""
+        n = self.workers if workers is None else workers
+        return float("inf") if self.budget.unlimited else self.budget.fixed / n
+
+    def _one_need(self) -> int:
+        """What one worker needs at blocks of one element, evaluated whole."""
+        m = len(self.group)
+        one = self._evaluator(tuple(f"{self.space}#{k}" for k in range(m)), (1,) * m, None)
+        return one.analyze().peak_bytes + _reserve(one) + self._results
+
+    def _chosen_workers(self, asked: int) -> int:
+        """``asked``, or fewer while each one's share of the budget would not hold blocks
+        of one element whole (at least one: its evaluator batches inside, or refuses)."""
+        n = asked
+        while n > 1 and self._share(n) < self._one_need():
+            n -= 1
+        return n
+
     def _fits(self, block: int) -> bool:
-        """Whether every tuple kind at ``block`` (> 1) evaluates whole within the budget,
-        its programs charged. Blocks so large that no tuple has distinct ones are taken
-        only where blocks of one element would fit whole too, so that a budget is feasible
-        exactly from the one-element minimum up (``_refused``)."""
+        """Whether every tuple kind at ``block`` (> 1) evaluates whole within a worker's
+        share of the budget, its programs charged. Blocks so large that no tuple has
+        distinct ones are taken only where blocks of one element would fit whole too, so
+        that a budget is feasible exactly from the one-element minimum up (``_refused``)."""
         plain = [self._evaluator(s, z, None) for s, z in self._kinds(block)]
         if self.budget.unlimited:
             return True
         need = max(ev.analyze().peak_bytes for ev in plain) + self._results
-        if need + sum(_reserve(ev) for ev in plain) > self.budget.fixed:
+        if need + sum(_reserve(ev) for ev in plain) > self._share():
             return False
-        if len(self._ranges(block)) >= len(self.group):
-            return True
-        m = len(self.group)
-        one = self._evaluator(tuple(f"{self.space}#{k}" for k in range(m)), (1,) * m, None)
-        return (one.analyze().peak_bytes + _reserve(one) + self._results
-                <= self.budget.fixed)
+        return len(self._ranges(block)) >= len(self.group) or (
+            self._one_need() <= self._share())
 
     def _distinct_peak(self, block: int) -> int:
         """The unbatched peak of a tuple of distinct blocks of size ``block`` (the
@@ -202,11 +226,12 @@ class SymmetricSum:
         return self._evaluator(spaces, (block,) * m, None).analyze().peak_bytes
 
     def _chosen_block(self, extent: int) -> int:
-        """The largest block whose distinct tuples peak within :data:`TUPLE_BYTES` and
-        the budget, less one at a time while some kind with its programs does not fit;
-        at 1 the one kind's evaluator batches inside where it must (or refuses)."""
-        cap = TUPLE_BYTES if self.budget.unlimited else min(
-            TUPLE_BYTES, self.budget.fixed - self._results)
+        """The largest block whose distinct tuples peak within :data:`TUPLE_BYTES` and a
+        worker's share; where some kind with its programs then does not fit, the largest
+        smaller one that does, searched by halving (the programs grow with the kinds, so
+        the largest that fits is found, or one near it); at 1 the one kind's evaluator
+        batches inside where it must (or refuses)."""
+        cap = min(TUPLE_BYTES, self._share() - self._results)
         lo, hi = 1, extent
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -214,35 +239,41 @@ class SymmetricSum:
                 lo = mid
             else:
                 hi = mid - 1
-        while lo > 1 and not self._fits(lo):
-            lo -= 1
+        if lo > 1 and not self._fits(lo):      # the largest that fits with its programs
+            hi, lo = lo - 1, 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._fits(mid):
+                    lo = mid
+                else:
+                    hi = mid - 1
         return lo
 
-    def _budgeted(self) -> list[tuple[object, list]]:
-        """Each tuple kind's evaluator under the budget (what the others' programs and the
-        running sums leave), with its tuples."""
+    def _budgeted(self, worker: int = 0) -> list[tuple[object, tuple, list]]:
+        """Each tuple kind's evaluator of ``worker`` under its share of the budget (what
+        the other kinds' programs and the running sums leave), its spaces and tuples."""
         kinds = self._kinds(self.block)
         if self.budget.unlimited:
-            return [(self._evaluator(s, z, None), ts) for (s, z), ts in kinds.items()]
-        plain = [self._evaluator(s, z, None) for s, z in kinds]
-        reserves = [_reserve(ev) for ev in plain]
+            return [(self._evaluator(s, z, None, worker), s, ts)
+                    for (s, z), ts in kinds.items()]
+        reserves = [_reserve(self._evaluator(s, z, None)) for s, z in kinds]
         out = []
         for k, ((s, z), ts) in enumerate(kinds.items()):
-            room = self.budget.fixed - self._results - (sum(reserves) - reserves[k])
+            room = self._share() - self._results - (sum(reserves) - reserves[k])
             if room <= 0:
                 raise self._refused()
             try:
-                ev = self._evaluator(s, z, float(room))
+                ev = self._evaluator(s, z, float(room), worker)
                 ev.analyze()
             except InfeasibleBudget as err:
                 raise self._refused() from err
-            out.append((ev, ts))
+            out.append((ev, s, ts))
         return out
 
     def _refused(self) -> InfeasibleBudget:
         budget = self.budget.fixed
 
-        def least() -> float:                  # blocks of one element: one kind
+        def least() -> float:                  # one worker, blocks of one element
             (spaces, sizes), = self._kinds(1)
             return self._evaluator(spaces, sizes, None).min_budget() + self._results
         return InfeasibleBudget(
@@ -251,18 +282,25 @@ class SymmetricSum:
             f"it; raise the budget (InfeasibleBudget.minimum is the smallest that works)",
             budget, least)
 
+    def _assigned(self, kinds) -> list[list[tuple[int, int]]]:
+        """Per worker, its (kind, tuple) positions: dealt round-robin in tuple order."""
+        flat = [(k, j) for k, (_, _, ts) in enumerate(kinds) for j in range(len(ts))]
+        return [flat[w::self.workers] for w in range(self.workers)]
+
     def analyze(self) -> SymmetricReport:
         """The dry run over every tuple kind (planned now: a budget that does not fit is
-        refused here, before any work)."""
+        refused here, before any work). The peak is every worker's largest tuple peak
+        plus its running sums, added: the workers may reach theirs at once."""
         kinds = self._budgeted()
-        reports = [ev.analyze() for ev, _ in kinds]
-        programs = sum(r.program_bytes for r in reports)
+        reports = [ev.analyze() for ev, _, _ in kinds]
+        peaks = [max(reports[k].peak_bytes for k, _ in part) + self._results
+                 for part in self._assigned(kinds) if part]
         return SymmetricReport(
-            peak_bytes=max(r.peak_bytes for r in reports) + self._results,
-            program_bytes=programs,
-            flops=sum(r.flops * len(ts) for r, (_, ts) in zip(reports, kinds)),
+            peak_bytes=sum(peaks),
+            program_bytes=sum(r.program_bytes for r in reports) * len(peaks),
+            flops=sum(r.flops * len(ts) for r, (_, _, ts) in zip(reports, kinds)),
             block=self.block, blocks=len(self._ranges(self.block)),
-            tuples=sum(len(ts) for _, ts in kinds), kinds=tuple(reports),
+            tuples=sum(len(ts) for _, _, ts in kinds), kinds=tuple(reports),
             budget_bytes=None if self.budget.unlimited else float(self.budget.fixed))
 
     # ----------------------------------------------------------------- running
@@ -274,29 +312,51 @@ class SymmetricSum:
             if not (isinstance(value, Mapping) or callable(value) or hasattr(value, "shape")):
                 raise InputTypeError(f"tensor {name!r}: give an array, a mapping from spaces "
                                      f"to blocks or a provider, got {type(value).__name__}")
-        ranges = self._ranges(self.block)
-        kinds = self._budgeted()
+        per_worker = [self._budgeted(w) for w in range(self.workers)]
+        parts = self._assigned(per_worker[0])
+
+        def run(w: int):
+            return self._run(per_worker[w], parts[w], tensors, backend)
+        if self.workers == 1 or backend != "numpy":
+            done = [run(w) for w in range(self.workers)]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from threadpoolctl import threadpool_limits
+            with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(
+                    self.workers, thread_name_prefix="sequant-eval-tuples") as pool:
+                done = list(pool.map(run, range(self.workers)))
         sums: dict[str, object] = {}
-        peak, flops, count = 0, 0.0, 0
-        for (ev, tuples), ev_spaces in zip(kinds, self._kinds(self.block)):
-            ev_spaces = ev_spaces[0]
-            for t in tuples:
-                shifts = {space: ranges[b][0] for space, b in zip(ev_spaces, t)}
-                given = {name: _Shifted(value, self.space, shifts)
-                         for name, value in tensors.items()}
-                out, meter = ev.evaluate(given, backend, return_meter=True)
-                weight = orbit_size(t)
-                for name in self.outputs:
-                    part = weight * np.asarray(out[name])
-                    sums[name] = part if name not in sums else sums[name] + part
-                del out
-                peak = max(peak, meter.peak_bytes)
-                flops += meter.flops
-                count += 1
+        for part, _, _ in done:                  # in worker order: the same bits each time
+            for name, value in part.items():
+                sums[name] = value if name not in sums else sums[name] + value
         result = {name: (float(v) if np.ndim(v) == 0 else v) for name, v in sums.items()}
         if not return_meter:
             return result
-        return result, SymmetricMeter(int(peak) + self._results, flops, count)
+        return result, SymmetricMeter(sum(peak for _, peak, _ in done if peak),
+                                      sum(f for _, _, f in done), sum(map(len, parts)))
+
+    def _run(self, kinds, part, tensors, backend):
+        """One worker's tuples: its weighted sums, its peak (largest tuple peak plus the
+        sums; 0 with no tuple) and its flops."""
+        ranges = self._ranges(self.block)
+        sums: dict[str, object] = {}
+        peak, flops = 0, 0.0
+        for k, j in part:
+            ev, spaces, tuples = kinds[k]
+            t = tuples[j]
+            shifts = {space: ranges[b][0] for space, b in zip(spaces, t)}
+            given = {name: _Shifted(value, self.space, shifts)
+                     for name, value in tensors.items()}
+            out, meter = ev.evaluate(given, backend, return_meter=True)
+            weight = orbit_size(t)
+            for name in self.outputs:
+                term = weight * np.asarray(out[name])
+                sums[name] = term if name not in sums else sums[name] + term
+            del out
+            peak = max(peak, meter.peak_bytes + self._results)
+            flops += meter.flops
+        return sums, peak, flops
 
 
 class _Shifted:

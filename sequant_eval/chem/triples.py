@@ -41,6 +41,7 @@ saving (docs/design.md says what it needs).
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -308,13 +309,17 @@ _SYMMETRIC_HEADER = """\
 # (sequant_eval/chem/triples.py writes it from the pieces of ccsd_t_cs.txt).
 #
 # With w and v as in ccsd_t_cs.txt and P6 the six joint permutations of the pairs
-# (i_1,a_1), (i_2,a_2), (i_3,a_3): Yw = P6 w, Y = Yw + 1/2 P6 v (both unchanged by a joint
-# permutation), Z = r3 Y with r3 acting on the occupied labels (4 the identity, 1 a
-# 3-cycle, -2 a swap; by the joint symmetry the same as on the virtual ones), and
-#   ET = 2 sum w * D3 * Z = 1/3 sum Yw * D3 * Z
-# (Z / D3 is unchanged by a joint permutation, so w may be replaced by its average over
-# them). Every factor of ET is jointly symmetric; summed over the occupied labels, the
-# summand is symmetric in a_1, a_2, a_3.
+# (i_1,a_1), (i_2,a_2), (i_3,a_3): Yw = P6 w and Y = Yw + 1/2 P6 v are unchanged by a
+# joint permutation. The two permutations that differ by swapping the pairs g (or t2)
+# reads give v the same value (real orbitals: g{i,j;a,b} = g{j,i;b,a}, and
+# t2{a,b;i,j} = t2{b,a;j,i}), so 1/2 P6 v is three products of each kind. With r3 acting
+# on the occupied labels (4 the identity, 1 a 3-cycle, -2 a swap; by the joint symmetry
+# the same as on the virtual ones) and Wd = Yw * D3,
+#   ET = 2 sum w * D3 * r3 Y = 1/3 sum Yw * D3 * r3 Y = sum_pi r3(pi)/3 sum Wd * (Y o pi)
+# (r3 Y / D3 is unchanged by a joint permutation, so w may be replaced by its average over
+# them). Each product of Wd with a permuted Y, summed over the occupied labels, is not
+# symmetric in a_1, a_2, a_3, but the two 3-cycles together and the three swaps together
+# are, and so is ET's summand.
 # Tensors and layouts as in ccsd_t_cs.txt.
 """
 
@@ -327,14 +332,15 @@ def _symmetric_lines() -> list[str]:
     base = at(_O, _V)
     perms = list(itertools.permutations(range(3)))
     yw = [piece for p in perms for piece in _w([_O[k] for k in p], [_V[k] for k in p], 4)]
-    yv = [(Fraction(sign, 2), text) for p in perms
-          for sign, text in _v([_O[k] for k in p], [_V[k] for k in p])]
+    thirds = ((0, 1, 2), (0, 2, 1), (1, 2, 0))     # the pair (i, a) that t1 or f reads last
+    yv = [piece for p in thirds for piece in _v([_O[k] for k in p], [_V[k] for k in p])]
     return [
         f"Yw{{{base}}} = " + _signed(yw),
         f"Y{{{base}}} = " + _signed([(1, f"Yw{{{base}}}")] + yv),
-        f"Z{{{base}}} = " + _signed([(_r3_weight(p), f"Y{{{at([_O[k] for k in p], _V)}}}")
-                                     for p in perms]),
-        f"ET = 1/3 Yw{{{base}}} * D3{{{base}}} * Z{{{base}}}"]
+        f"Wd{{{base}}} = Yw{{{base}}} * D3{{{base}}}",
+        "ET = " + _signed([(Fraction(_r3_weight(p), 3),
+                            f"Wd{{{base}}} * Y{{{at([_O[k] for k in p], _V)}}}")
+                           for p in perms])]
 
 
 def symmetric_text(kind: str = "closed-shell") -> str:
@@ -440,7 +446,8 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     Closed shell: the symmetric form (:func:`symmetric_text`), summed over the ordered
     tuples of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`,
     PySCF's a ≥ b ≥ c on blocks), its blocks as large as the budget (or ``max_memory``)
-    and :data:`~sequant_eval.api.symmetric.TUPLE_BYTES` allow. Spin orbitals: where the
+    and :data:`~sequant_eval.api.symmetric.TUPLE_BYTES` allow, one tuple per CPU at a
+    time (the budget shared out between them). Spin orbitals: where the
     factored form (:func:`factored_text`: the triples made whole once, then one
     product) fits, that is evaluated: a few passes over the triples instead of one per
     product; unbudgeted (or within ``max_memory``) whole, under a budget with its stages
@@ -462,7 +469,7 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
         if chosen.unlimited and max_memory is not None:
             chosen = Budget.megabytes(max_memory)
         return SymmetricSum(symmetric_equations(kind), extents, SYMMETRIC_GROUP,
-                            budget=chosen)
+                            budget=chosen, workers=_cores())
     eqs = triples_equations(kind)
 
     def products(limit: Budget) -> Evaluator:
@@ -479,6 +486,14 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
         if not cap.unlimited and ev.analyze().peak_bytes > cap.fixed:
             return products(cap)                    # over max_memory: batched within it
     return ev
+
+
+def _cores() -> int:
+    """The CPUs this process may run on (the symmetric form's tuple workers)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                          # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _chosen_form(kind: str, extents: dict, chosen: Budget, max_memory, products):

@@ -5,7 +5,11 @@ here rather than where the graph is built:
 
 - a contraction read only by equation sums is written in the mode order most of those
   entries read it in (its adds are then contiguous), when the kernel model says that costs
-  no more than its own order;
+  no more than its own order; else, where its own order leaves those adds no contiguous
+  inner run, in the order a GEMM writes directly that lines up the most trailing axes
+  with them, when that costs no more than what the adds save (``PERMUTED_ADD_US``) and
+  its kernel little more scratch (a sixteenth of the result: operands much smaller than
+  the result, as in the (T) energy's, may be transposed for it);
 - every contraction's kernel plan (``plan/kernels.py``) may allocate temporaries beside its
   result (a transposing copy of an operand, a temporary result); their element count, at
   full block extent, is charged at the contraction's build point.
@@ -13,9 +17,10 @@ here rather than where the graph is built:
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 
 from ..forest.values import Forest
-from ..plan.kernels import ContractPlan, plan_contraction
+from ..plan.kernels import PERMUTED_ADD_US, ContractPlan, plan_contraction
 from .forms import Form, FormKind
 from .ordered import OrderedSchedule
 
@@ -72,9 +77,47 @@ def sum_layouts(sched: OrderedSchedule, forest: Forest, shapes,
             continue
         base = form_kernel(f, sched, forest, shapes)
         there = form_kernel(f, sched, forest, shapes, best)
-        if base is not None and there is not None and there.cost_us <= base.cost_us:
+        if base is None or there is None:
+            continue
+        if there.cost_us <= base.cost_us:
             out[f.id] = best
+            continue
+        near = _nearest_gemm_order(forest.values[f.value], best)
+        if near is not None and _run(tuple(range(len(best))), best) == 0:
+            plan = form_kernel(f, sched, forest, shapes, near)
+            size = prod(form_shape(f, shapes, sched.loops))
+            if (plan is not None
+                    and plan.cost_us <= base.cost_us + PERMUTED_ADD_US * size * len(readers)
+                    and plan.scratch_elements <= base.scratch_elements + size // 16):
+                out[f.id] = near
     return out
+
+
+def _run(layout: tuple[int, ...], perm: tuple[int, ...]) -> int:
+    """How many trailing axes of a sum reading a contraction written in ``layout``
+    through ``perm`` (its entry's permutation of the contraction's own modes) line up:
+    the length of the contiguous inner run of that add."""
+    read = [layout.index(p) for p in perm]
+    n, run = len(read), 0
+    while run < n and read[n - 1 - run] == n - 1 - run:
+        run += 1
+    return run
+
+
+def _nearest_gemm_order(v, perm: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order a GEMM can write without moving its result (one operand's free modes,
+    then the other's) closest to ``perm``: each operand's modes in the order ``perm`` reads
+    them, the two groups in the order that lines up more trailing axes (an add of a
+    permuted addend runs at a fraction of a contiguous one's rate, and faster the longer
+    its contiguous inner run). None where neither lines up any."""
+    left = set(v.left.modes)
+    mine = [ax for ax in perm if v.result[ax] in left]
+    theirs = [ax for ax in perm if v.result[ax] not in left]
+    if not mine or not theirs:
+        return None
+    options = [tuple(mine + theirs), tuple(theirs + mine)]
+    best = max(options, key=lambda o: (_run(o, perm), -options.index(o)))
+    return best if _run(best, perm) else None
 
 
 def kernel_scratch(sched: OrderedSchedule, forest: Forest, shapes,
