@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
 """The (T) step alone: ours (chem/triples.py) beside PySCF's ``ccsd_t.kernel``.
 
-    python benchmarks/triples.py [--systems water,dimer,oh,cation] [--rounds 3]
-                                 [--budgets none,10%] [--json F]
+    python benchmarks/triples.py [--systems water,dimer,trimer,oh,cation] [--rounds 3]
+                                 [--budgets none,o3v3:0.05] [--json F]
 
-Systems, cc-pVDZ, all electrons correlated: closed_shell.py's water and water dimer
-(RHF; the trimer's unbatched (T) holds ~5 o³v³ arrays, 25 GB: not run here), and the
-doublets OH and (H2O)+ (UHF, the unrestricted (T)). A prep process runs the SCF and
+Systems, cc-pVDZ, all electrons correlated: closed_shell.py's water, dimer and trimer
+(RHF), and the doublets OH and (H2O)+ (UHF, the unrestricted (T)). A budget is bytes,
+text, a share (``10%``) or ``o3v3:F``, F times the bytes of one o³v³ array. A prep process runs the SCF and
 PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; every
 timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
 again, loads the amplitudes and times the (T) step only:
 
-  ours     ccsd_t_energy(ints, t1, t2, budget, kind): where it fits
-           the factored closed-shell energy (the triples made whole once, in stages),
-           else the packaged products (232 each, closed-shell or unrestricted,
-           sub-products shared, batched) on the evaluator; first call (planning
-           included) and a second call in the same process (the fit remembered), the
-           integrals transformed before the clock
+  ours     ccsd_t_energy(ints, t1, t2, budget, kind): closed shell, the symmetric
+           form over ordered tuples of virtual blocks (api/symmetric.py, one tuple per
+           CPU at a time); unrestricted, the packaged products (232, sub-products
+           shared, batched); first call (planning included) and a second call in the
+           same process (the fit remembered), the integrals transformed before the
+           clock
   pyscf    pyscf.cc.ccsd_t.kernel (C with OpenMP, a >= b >= c) for an RHF,
            pyscf.cc.uccsd_t.kernel (NumPy einsum over the α/β blocks) for a UHF, the
            ERIs transformed before the clock starts
@@ -39,9 +39,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from closed_shell import SYSTEMS as WATERS  # noqa: E402
 
-SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"], "oh": "O 0 0 0; H 0 0 0.97",
-           "cation": WATERS["h2o"]}
-LABELS = {"water": "H2O", "dimer": "(H2O)2", "oh": "OH", "cation": "(H2O)+"}
+SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"], "trimer": WATERS["trimer"],
+           "oh": "O 0 0 0; H 0 0 0.97", "cation": WATERS["h2o"]}
+LABELS = {"water": "H2O", "dimer": "(H2O)2", "trimer": "(H2O)3", "oh": "OH",
+          "cation": "(H2O)+"}
 #: Charge and 2S of the doublets (UHF references; the rest are RHF singlets).
 DOUBLETS = {"oh": (0, 1), "cation": (1, 1)}
 
@@ -114,9 +115,18 @@ def _worker(code: str, system: str, budget: str, path: str) -> dict:
                                 for t in p.factors if t.name in provide}):
         provide[name](spaces)                          # transformed before the clock
     spec = None if budget == "none" else budget
+    if budget.startswith("o3v3:"):
+        o, v = ints.nocc, ints.nvir
+        spec = float(budget[5:]) * 8 * o**3 * v**3
+    from sequant_eval import InfeasibleBudget
+
     rss = RSSWatch.start()
     t0 = time.perf_counter()
-    first = ccsd_t_energy(ints, t1, t2, budget=spec, kind=kind)
+    try:
+        first = ccsd_t_energy(ints, t1, t2, budget=spec, kind=kind)
+    except InfeasibleBudget as err:
+        return {"refused": float(spec), "minimum": float(err.minimum),
+                "seconds": None, "second": None, "e_t": None, "rss_growth": None}
     t1_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     again = ccsd_t_energy(ints, t1, t2, budget=spec, kind=kind)
@@ -141,7 +151,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", default="water,dimer")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--budgets", default="none,10%")
+    p.add_argument("--budgets", default="none,o3v3:0.05")
     p.add_argument("--json", default=None)
     p.add_argument("--worker", nargs=4, default=None, help=argparse.SUPPRESS)
     p.add_argument("--prep", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -172,8 +182,12 @@ def main() -> None:
             print(f"\n{LABELS[system]}/cc-pVDZ, E(T) = {e_ref:.12f} (PySCF), "
                   f"{args.rounds} rounds")
             for (code, budget), xs in runs.items():
+                if "refused" in xs[0]:
+                    print(f"  {code:5s} budget {budget:9s} refused ({xs[0]['refused']:.0f} B); "
+                          f"the smallest that works: {xs[0]['minimum']:.0f} B")
+                    continue
                 med, lo, hi = _median([x["seconds"] for x in xs])
-                line = (f"  {code:5s} budget {budget:5s} {med:8.3f} s ({lo:.3f}-{hi:.3f}) "
+                line = (f"  {code:5s} budget {budget:9s} {med:8.3f} s ({lo:.3f}-{hi:.3f}) "
                         f"{med / ref:6.1f}x PySCF  dE(T) {xs[0]['e_t'] - e_ref:+.1e}  "
                         f"RSS growth {_median([x['rss_growth'] for x in xs])[0] / 2**20:.0f} MiB")
                 if code == "ours":

@@ -158,6 +158,7 @@ class StagedEvaluator:
         self._volatile = tuple(base) + self.intermediates if (persist or base) else None
         self._persist = persist
         self._policy = policy
+        self._reserve_list: list[int] | None = None
         self._itemsize = (policy or BatchPolicy()).itemsize
         given = Budget.parse(budget)
         parsed = given.fixed
@@ -186,11 +187,14 @@ class StagedEvaluator:
                      if eq.name in self.outputs or self._last_reader.get(eq.name, -1) >= stage)
 
     def _reserves(self) -> list[int]:
-        """Each stage's program reserve (all the stages' programs are held at once)."""
+        """Each stage's program reserve (all the stages' programs are held at once),
+        worked out once."""
         if self._policy is not None and not self._policy.program:
             return [0] * len(self.stage_equations)
-        return [self._make(stage, self.extents).program_reserve()
-                for stage in self.stage_equations]
+        if self._reserve_list is None:
+            self._reserve_list = [self._make(stage, self.extents).program_reserve()
+                                  for stage in self.stage_equations]
+        return list(self._reserve_list)
 
     def _program_bytes(self) -> int:
         """The programs of all the stages: charged to a finite budget before any array."""

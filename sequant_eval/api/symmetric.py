@@ -139,6 +139,7 @@ class SymmetricSum:
             raise UsageError(f"block must be an integer from 1 to the extent of space "
                              f"{self.space!r} ({extent}), got {block!r}")
         self._evaluators: dict[tuple, object] = {}
+        self._planned: dict[int, list] = {}
         if self.budget.share is not None:          # of the unbatched peak: one block
             whole = self._evaluator(*self._kind([(0, extent)], (0,) * len(self.group)), None)
             self.budget = Budget.parse(self.budget.share * whole.analyze().peak_bytes)
@@ -251,7 +252,13 @@ class SymmetricSum:
 
     def _budgeted(self, worker: int = 0) -> list[tuple[object, tuple, list]]:
         """Each tuple kind's evaluator of ``worker`` under its share of the budget (what
-        the other kinds' programs and the running sums leave), its spaces and tuples."""
+        the other kinds' programs and the running sums leave), its spaces and tuples;
+        planned once."""
+        if worker not in self._planned:
+            self._planned[worker] = self._plan(worker)
+        return self._planned[worker]
+
+    def _plan(self, worker: int) -> list[tuple[object, tuple, list]]:
         kinds = self._kinds(self.block)
         if self.budget.unlimited:
             return [(self._evaluator(s, z, None, worker), s, ts)

@@ -35,8 +35,11 @@ over ααα and βββ triples, 88 each over ααβ and αββ (``data/ccsd_t_u.
 the denominator (``D3aab{i_1,i_2,I_1;a_1,a_2,A_1}``) is the same provider reading both
 spins' orbital energies.
 
-Not yet: the permutational restriction a ≥ b ≥ c that gives PySCF's kernel its six-fold
-saving (docs/design.md says what it needs).
+The closed-shell energy is also written with every factor symmetric under the joint
+permutations (``data/ccsd_t_cs_symmetric.txt``, :func:`symmetric_text`), so that its
+summand is symmetric in ``a_1, a_2, a_3``; that form is evaluated over the ordered tuples
+of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`, PySCF's
+a ≥ b ≥ c on blocks) and is the closed-shell default.
 """
 from __future__ import annotations
 
@@ -468,8 +471,7 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
     if form == "symmetric" or (form is None and kind in SYMMETRIC_FILES):
         if chosen.unlimited and max_memory is not None:
             chosen = Budget.megabytes(max_memory)
-        return SymmetricSum(symmetric_equations(kind), extents, SYMMETRIC_GROUP,
-                            budget=chosen, workers=_cores())
+        return _symmetric_sum(kind, tuple(extents.items()), chosen, _cores())
     eqs = triples_equations(kind)
 
     def products(limit: Budget) -> Evaluator:
@@ -486,6 +488,14 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
         if not cap.unlimited and ev.analyze().peak_bytes > cap.fixed:
             return products(cap)                    # over max_memory: batched within it
     return ev
+
+
+@lru_cache(maxsize=8)
+def _symmetric_sum(kind: str, extents: tuple, budget: Budget, workers: int) -> SymmetricSum:
+    """The symmetric form's evaluator, made once per extents, budget and workers in a
+    process (its block search, kinds and programs; a second (T) step plans nothing)."""
+    return SymmetricSum(symmetric_equations(kind), dict(extents), SYMMETRIC_GROUP,
+                        budget=budget, workers=workers)
 
 
 def _cores() -> int:
