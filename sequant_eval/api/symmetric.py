@@ -140,6 +140,7 @@ class SymmetricSum:
                              f"{self.space!r} ({extent}), got {block!r}")
         self._evaluators: dict[tuple, object] = {}
         self._planned: dict[int, list] = {}
+        self._reserves: list[int] = []        # each kind's program reserve (0 unbudgeted)
         if self.budget.share is not None:          # of the unbatched peak: one block
             whole = self._evaluator(*self._kind([(0, extent)], (0,) * len(self.group)), None)
             self.budget = Budget.parse(self.budget.share * whole.analyze().peak_bytes)
@@ -206,16 +207,25 @@ class SymmetricSum:
         return n
 
     def _fits(self, block: int) -> bool:
-        """Whether every tuple kind at ``block`` (> 1) evaluates whole within a worker's
-        share of the budget, its programs charged. Blocks so large that no tuple has
-        distinct ones are taken only where blocks of one element would fit whole too, so
-        that a budget is feasible exactly from the one-element minimum up (``_refused``)."""
-        plain = [self._evaluator(s, z, None) for s, z in self._kinds(block)]
+        """Whether a worker's share of the budget holds a tuple of ``block`` (> 1) whole
+        and every kind's program: first against a bound, the distinct kind's peak and its
+        program reserve times the number of kinds (the distinct kind holds the most
+        values and the largest program; the others share some or are smaller), which
+        plans only that kind; where the bound does not fit, every kind exactly. Blocks so large that no tuple has distinct ones
+        are taken only where blocks of one element would fit whole too, so that a budget
+        is feasible exactly from the one-element minimum up (``_refused``)."""
         if self.budget.unlimited:
             return True
-        need = max(ev.analyze().peak_bytes for ev in plain) + self._results
-        if need + sum(_reserve(ev) for ev in plain) > self._share():
-            return False
+        m = len(self.group)
+        distinct = self._evaluator(tuple(f"{self.space}#{k}" for k in range(m)),
+                                   (block,) * m, None)
+        kinds = self._kinds(block)
+        peak = distinct.analyze().peak_bytes + self._results
+        if peak + len(kinds) * _reserve(distinct) > self._share():     # then exactly
+            plain = [self._evaluator(s, z, None) for s, z in kinds]
+            if (max(ev.analyze().peak_bytes for ev in plain) + self._results
+                    + sum(_reserve(ev) for ev in plain)) > self._share():
+                return False
         return len(self._ranges(block)) >= len(self.group) or (
             self._one_need() <= self._share())
 
@@ -228,18 +238,19 @@ class SymmetricSum:
 
     def _chosen_block(self, extent: int) -> int:
         """The largest block whose distinct tuples peak within :data:`TUPLE_BYTES` and a
-        worker's share; where some kind with its programs then does not fit, the largest
-        smaller one that does, searched by halving (the programs grow with the kinds, so
-        the largest that fits is found, or one near it); at 1 the one kind's evaluator
-        batches inside where it must (or refuses)."""
+        worker's share (guessed from the whole block's peak by the cube law, then walked
+        to); where the kinds with their programs then do not fit, the largest smaller one
+        that does, searched by halving; at 1 the one kind's evaluator batches inside where
+        it must (or refuses)."""
         cap = min(TUPLE_BYTES, self._share() - self._results)
-        lo, hi = 1, extent
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._distinct_peak(mid) <= cap:
-                lo = mid
-            else:
-                hi = mid - 1
+        full = self._distinct_peak(extent)   # the peak grows about as the block's cube:
+        lo = extent if full <= cap else max(1, int(extent * (cap / full) ** (1 / 3)))
+        if self._distinct_peak(lo) <= cap:   # then walk to the largest that fits
+            while lo < extent and self._distinct_peak(lo + 1) <= cap:
+                lo += 1
+        else:
+            while lo > 1 and self._distinct_peak(lo) > cap:
+                lo -= 1
         if lo > 1 and not self._fits(lo):      # the largest that fits with its programs
             hi, lo = lo - 1, 1
             while lo < hi:
@@ -260,20 +271,24 @@ class SymmetricSum:
 
     def _plan(self, worker: int) -> list[tuple[object, tuple, list]]:
         kinds = self._kinds(self.block)
+        plain = [self._evaluator(s, z, None, worker) for s, z in kinds]
         if self.budget.unlimited:
-            return [(self._evaluator(s, z, None, worker), s, ts)
-                    for (s, z), ts in kinds.items()]
+            self._reserves = [0] * len(plain)
+            return [(ev, s, ts) for ev, ((s, _), ts) in zip(plain, kinds.items())]
         reserves = [_reserve(self._evaluator(s, z, None)) for s, z in kinds]
+        self._reserves = reserves
         out = []
         for k, ((s, z), ts) in enumerate(kinds.items()):
             room = self._share() - self._results - (sum(reserves) - reserves[k])
-            if room <= 0:
-                raise self._refused()
-            try:
-                ev = self._evaluator(s, z, float(room), worker)
-                ev.analyze()
-            except InfeasibleBudget as err:
-                raise self._refused() from err
+            ev = plain[k]                     # whole, where it fits with its program
+            if ev.analyze().peak_bytes + reserves[k] > room:
+                if room <= 0:
+                    raise self._refused()
+                try:                          # else batched inside, its program charged
+                    ev = self._evaluator(s, z, float(room), worker)
+                    ev.analyze()
+                except InfeasibleBudget as err:
+                    raise self._refused() from err
             out.append((ev, s, ts))
         return out
 
@@ -304,7 +319,7 @@ class SymmetricSum:
                  for part in self._assigned(kinds) if part]
         return SymmetricReport(
             peak_bytes=sum(peaks),
-            program_bytes=sum(r.program_bytes for r in reports) * len(peaks),
+            program_bytes=sum(self._reserves) * len(peaks),
             flops=sum(r.flops * len(ts) for r, (_, _, ts) in zip(reports, kinds)),
             block=self.block, blocks=len(self._ranges(self.block)),
             tuples=sum(len(ts) for _, _, ts in kinds), kinds=tuple(reports),

@@ -78,7 +78,8 @@ FACTORED_FILES = {"closed-shell": "ccsd_t_cs_factored.txt",
                   "spin-orbital": "ccsd_t_so_factored.txt"}
 #: The packaged (T) energy of the kinds written symmetric in the virtual labels: evaluated
 #: over the ordered tuples of virtual blocks only (``api/symmetric.py``).
-SYMMETRIC_FILES = {"closed-shell": "ccsd_t_cs_symmetric.txt"}
+SYMMETRIC_FILES = {"closed-shell": "ccsd_t_cs_symmetric.txt",
+                   "spin-orbital": "ccsd_t_so_symmetric.txt"}
 #: The virtual labels the symmetric form's summand is symmetric in.
 SYMMETRIC_GROUP = ("a_1", "a_2", "a_3")
 
@@ -304,7 +305,7 @@ def _factored_lines(kind: str) -> list[str]:
             f"ET = 1/4 X{{{base}}} * D3{{{base}}} * Y{{{base}}}"]
 
 
-_SYMMETRIC_HEADER = """\
+_SYMMETRIC_HEADER = {"closed-shell": """\
 # Closed-shell (RHF) (T) energy of CCSD(T), written so that its summand is symmetric in
 # the virtual labels a_1, a_2, a_3: evaluated over the ordered tuples of virtual blocks
 # only, each weighed by its orbit (sequant_eval/api/symmetric.py; PySCF's a >= b >= c).
@@ -324,15 +325,34 @@ _SYMMETRIC_HEADER = """\
 # symmetric in a_1, a_2, a_3, but the two 3-cycles together and the three swaps together
 # are, and so is ET's summand.
 # Tensors and layouts as in ccsd_t_cs.txt.
-"""
+""",
+    "spin-orbital": """\
+# Spin-orbital (T) energy of CCSD(T), written so that its summand is symmetric in the
+# virtual labels a_1, a_2, a_3: evaluated over the ordered tuples of virtual blocks only,
+# each weighed by its orbit (sequant_eval/api/symmetric.py).
+# GENERATED FILE - do not edit.  Regenerate with `sequant-eval regen-equations`
+# (sequant_eval/chem/triples.py writes it from the pieces of ccsd_t_so.txt).
+#
+# With c and d as in ccsd_t_so.txt, P9 = (1 - P(i_1,i_2) - P(i_1,i_3)) Pv and
+# Pv = 1 - P(a_1,a_2) - P(a_1,a_3): V = Pv c, U = V + Pv d, Yc = P9 c = V - V o P(i_1,i_2)
+# - V o P(i_1,i_3), Y = P9 (c + d) likewise from U, Wd = Yc * D3, and
+#   ET = 1/4 sum (c + d) * D3 * P9 c = 1/36 sum Y * Wd
+# (P9 is self-adjoint, commutes with D3, and P9 P9 c = 9 P9 c). Y and Yc are each
+# antisymmetric in the virtual labels, so the summand is symmetric in them; c is made for
+# three of the six orderings of each tuple's blocks (Pv), the occupied permutations are
+# permuted reads.
+# Tensors and layouts as in ccsd_t_so.txt.
+"""}
 
 
-def _symmetric_lines() -> list[str]:
-    """The closed-shell symmetric (T) equations, one string each (``_SYMMETRIC_HEADER``)."""
+def _symmetric_lines(kind: str) -> list[str]:
+    """The symmetric (T) equations of ``kind``, one string each (``_SYMMETRIC_HEADER``)."""
     def at(o, v) -> str:
         return f"{','.join(o)};{','.join(v)}"
 
     base = at(_O, _V)
+    if kind == "spin-orbital":
+        return _so_symmetric_lines(at)
     perms = list(itertools.permutations(range(3)))
     yw = [piece for p in perms for piece in _w([_O[k] for k in p], [_V[k] for k in p], 4)]
     thirds = ((0, 1, 2), (0, 2, 1), (1, 2, 0))     # the pair (i, a) that t1 or f reads last
@@ -346,6 +366,27 @@ def _symmetric_lines() -> list[str]:
                            for p in perms])]
 
 
+def _so_symmetric_lines(at) -> list[str]:
+    """The spin-orbital symmetric (T) equations (``_SYMMETRIC_HEADER``)."""
+    base = at(_O, _V)
+    swaps = ((0, 1, 2), (1, 0, 2), (2, 1, 0))       # 1, P(x_1,x_2), P(x_1,x_3)
+    signs = (1, -1, -1)
+    pv_c = [(sg * c, t) for p, sg in zip(swaps, signs)
+            for c, t in _so_c(_O, [_V[k] for k in p], 4)]
+    pv_d = [(sg * c, t) for p, sg in zip(swaps, signs)
+            for c, t in _so_d(_O, [_V[k] for k in p])]
+
+    def p_occ(name: str) -> str:
+        return _signed([(sg, f"{name}{{{at([_O[k] for k in p], _V)}}}")
+                        for p, sg in zip(swaps, signs)])
+    return [f"V{{{base}}} = " + _signed(pv_c),
+            f"U{{{base}}} = " + _signed([(1, f"V{{{base}}}")] + pv_d),
+            f"Yc{{{base}}} = " + p_occ("V"),
+            f"Y{{{base}}} = " + p_occ("U"),
+            f"Wd{{{base}}} = Yc{{{base}}} * D3{{{base}}}",
+            f"ET = 1/36 Y{{{base}}} * Wd{{{base}}}"]
+
+
 def symmetric_text(kind: str = "closed-shell") -> str:
     """The text of the packaged symmetric (T) file of ``kind`` (:data:`SYMMETRIC_FILES`):
     the same energy as :func:`triples_text`'s products, its summand symmetric in
@@ -353,8 +394,8 @@ def symmetric_text(kind: str = "closed-shell") -> str:
     if _kind(kind) not in SYMMETRIC_FILES:
         raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals; the kinds "
                                  f"with one are {', '.join(SYMMETRIC_FILES)}")
-    eqs = [parse(line)[0] for line in _symmetric_lines()]
-    return _SYMMETRIC_HEADER + "\n" + "".join(
+    eqs = [parse(line)[0] for line in _symmetric_lines(kind)]
+    return _SYMMETRIC_HEADER[kind] + "\n" + "".join(
         format_equation(eq, one_term_per_line=True, indent="    ") + "\n" for eq in eqs)
 
 
@@ -443,20 +484,21 @@ FORMS = ("symmetric", "factored", "products")
 def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = None,
                       kind: str = "closed-shell", form: str | None = None):
     """The (T) energy's evaluator at the extents of ``ints``, under ``budget`` (bytes, text
-    or a share of the products' unbatched peak, as everywhere) or, without one,
-    ``max_memory`` (MB, PySCF's) once the unbatched evaluation would exceed it.
+    or a share of the form's unbatched peak) or, without one, ``max_memory`` (MB,
+    PySCF's).
 
-    Closed shell: the symmetric form (:func:`symmetric_text`), summed over the ordered
-    tuples of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`,
-    PySCF's a ≥ b ≥ c on blocks), its blocks as large as the budget (or ``max_memory``)
-    and :data:`~sequant_eval.api.symmetric.TUPLE_BYTES` allow, one tuple per CPU at a
-    time (the budget shared out between them). Spin orbitals: where the
-    factored form (:func:`factored_text`: the triples made whole once, then one
-    product) fits, that is evaluated: a few passes over the triples instead of one per
-    product; unbudgeted (or within ``max_memory``) whole, under a budget with its stages
-    batched as far as they need. Otherwise, or for a kind without one, the products
-    (:func:`triples_text`), batched so the o³v³ values are never whole. ``form``
-    (``FORMS``) asks for one of the two."""
+    Closed shell and spin orbitals (by default, or ``form="symmetric"``): the symmetric
+    form (:func:`symmetric_text`), summed over the ordered tuples of virtual blocks only
+    (:class:`~sequant_eval.api.symmetric.SymmetricSum`, PySCF's a ≥ b ≥ c on blocks), its
+    blocks as large as the budget (or ``max_memory``) and
+    :data:`~sequant_eval.api.symmetric.TUPLE_BYTES` allow, one tuple per CPU at a time
+    (the budget shared out between them); a share is of its one-block peak.
+    Unrestricted, or ``form=None`` for a kind without a symmetric form: where the
+    factored form (:func:`factored_text`: the triples made whole once, then one product)
+    fits, that is evaluated, unbudgeted (or within ``max_memory``) whole, under a budget
+    with its stages batched as far as they need; otherwise the products
+    (:func:`triples_text`), batched so the o³v³ values are never whole, a share being of
+    the products' unbatched peak. ``form`` (``FORMS``) asks for one."""
     if form is not None and form not in FORMS:
         raise UsageError(f"form {form!r} is not a form of the (T) energy; give one of "
                          f"{', '.join(FORMS)}, or None to have it chosen")

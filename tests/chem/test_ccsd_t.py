@@ -209,13 +209,15 @@ def test_the_packaged_factored_files_are_their_regeneration(kind, terms):
         triples.factored_text("unrestricted")
 
 
-def test_the_packaged_symmetric_file_is_its_regeneration():
+@pytest.mark.parametrize("kind, terms", [("closed-shell", (12, 7, 1, 6)),
+                                         ("spin-orbital", (6, 7, 3, 3, 1, 1))])
+def test_the_packaged_symmetric_files_are_their_regeneration(kind, terms):
     packaged = (triples.resources.files("sequant_eval.chem") / "data" /
-                triples.SYMMETRIC_FILES["closed-shell"]).read_text(encoding="utf-8")
-    assert packaged == triples.symmetric_text("closed-shell")
-    assert tuple(len(eq.terms) for eq in triples.symmetric_equations()) == (12, 7, 1, 6)
+                triples.SYMMETRIC_FILES[kind]).read_text(encoding="utf-8")
+    assert packaged == triples.symmetric_text(kind)
+    assert tuple(len(eq.terms) for eq in triples.symmetric_equations(kind)) == terms
     with pytest.raises(se.UnsupportedFeature, match="no symmetric"):
-        triples.symmetric_text("spin-orbital")
+        triples.symmetric_text("unrestricted")
 
 
 def test_symmetric_triples_in_small_blocks_are_exact_and_within_budget():
