@@ -174,3 +174,23 @@ def test_a_budget_too_small_for_every_worker_uses_fewer():
     assert fit.workers == 1 and fit.analyze().total_bytes <= least
     with pytest.raises(se.UsageError, match="workers must be"):
         SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), workers=0)
+
+
+def test_inputs_as_block_mappings_and_providers_give_the_same_sum():
+    """The tensors as mappings from spaces to blocks, and as providers with and without
+    ranges, give the arrays' sum; an array whose axis spans two spaces is refused (its
+    offsets could not be shifted)."""
+    x = _inputs(4)
+    ext = {"i": O, "a": V}
+    s = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=3)
+    want = s.evaluate(x)["E"]
+    mapped = {"T": {("a", "a", "a", "i"): x["T"]}, "u": {("a", "i"): x["u"]},
+              "h": {("i", "i"): x["h"]}}
+    ranged = {"T": lambda sp, r: x["T"][tuple(slice(*q) for q in r)],
+              "u": lambda sp, r: x["u"][tuple(slice(*q) for q in r)], "h": x["h"]}
+    whole = {"T": lambda sp: x["T"], "u": lambda sp: x["u"], "h": x["h"]}
+    for given in (mapped, ranged, whole):
+        assert s.evaluate(given)["E"] == want
+    both = np.zeros((O + V, O + V))
+    with pytest.raises(se.InputTypeError, match="tensor 'h'.*one space"):
+        s.evaluate({**x, "h": both})

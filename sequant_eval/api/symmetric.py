@@ -1,9 +1,10 @@
 """Sums whose summand is symmetric in a group of indices, evaluated over ordered block tuples.
 
 The (T) energy is ``E = Σ_abc e(a, b, c)`` where ``e`` (everything else summed) does not
-change when ``a, b, c`` are permuted, so ``a ≥ b ≥ c`` holds all the information: a sixth
-of the work. PySCF's ``ccsd_t`` kernel walks those triples one by one in C; here the
-restriction is made on blocks, so each piece of work stays a few large contractions:
+change when ``a, b, c`` are permuted, so the terms with ``a ≥ b ≥ c`` hold all the
+information, and what each term needs for all six orderings of its labels is made once.
+PySCF's ``ccsd_t`` kernel walks those triples one by one in C; here the restriction is
+made on blocks, so each piece of work stays a few large contractions:
 
 - the space of the group (``a``) is cut into blocks ``B_0, B_1, ...``;
 - for every non-increasing block tuple (``p ≥ q ≥ r`` for three indices) the equations
@@ -19,16 +20,17 @@ space in the evaluated equations (``(p, p, r)``: ``a_1`` and ``a_2`` both range 
 forest (``share_subproducts``) and nothing is computed twice on the diagonal tuples.
 
 The symmetry is the caller's declaration and is not checked here (it cannot be, short of
-evaluating every tuple); the (T) energy's is tested against the unrestricted sum and
+evaluating every tuple); the (T) energy's is tested against the sum over every tuple and
 PySCF. What is checked: the group indices are one space, never a final result's index, and
 every intermediate is read with them in the slots that define it (so that each block
 space means the same block wherever it appears).
 
-Memory: one tuple is evaluated at a time; what the process holds at most is the largest
-tuple evaluation's peak plus the running sums, with every tuple kind's program reserve
-charged under a budget. The block size is the largest whose tuple evaluations fit the
-budget whole and stay within :data:`TUPLE_BYTES` (past it the passes leave the cache);
-each evaluator still batches inside when even the smallest block does not fit whole.
+Memory: each worker (thread) evaluates one tuple at a time; what the process holds at
+most is, added over the workers, the largest peak of a worker's tuples plus its running
+sums, with every tuple kind's program reserve charged per worker under a budget. The block
+size is the largest whose tuple evaluations fit a worker's share of the budget whole and
+stay within :data:`TUPLE_BYTES` (past it the passes leave the cache); each evaluator still
+batches inside when even the smallest block does not fit whole.
 """
 from __future__ import annotations
 
@@ -44,12 +46,13 @@ from ..budget import Budget
 from ..errors import ExpressionError, InfeasibleBudget, InputTypeError, UsageError
 from ..expr import Equation, Index, Product, Tensor
 from ..expr.stages import as_equations, equation_stages
+from ..runtime.sources import takes_ranges
 from ..units import format_bytes
 from .evaluator import Evaluator
 from .staged import StagedEvaluator
 
 __all__ = ["SymmetricSum", "SymmetricReport", "SymmetricMeter", "ordered_tuples",
-           "TUPLE_BYTES"]
+           "orbit_size", "TUPLE_BYTES"]
 
 #: The largest peak of one tuple's evaluation a chosen block gives, budget or not: past
 #: a few MiB per array the passes over each tuple's intermediates leave the cache and the
@@ -330,10 +333,24 @@ class SymmetricSum:
                  return_meter: bool = False):
         """``{result: array}``: the weighted sum over the ordered tuples; with
         ``return_meter`` also a :class:`SymmetricMeter`."""
+        reads = {}
+        for eq in self.equations:
+            for p in eq.terms:
+                for t in p.factors:
+                    reads.setdefault(t.name, set()).add(tuple(ix.space for ix in t.slots))
         for name, value in tensors.items():
             if not (isinstance(value, Mapping) or callable(value) or hasattr(value, "shape")):
                 raise InputTypeError(f"tensor {name!r}: give an array, a mapping from spaces "
                                      f"to blocks or a provider, got {type(value).__name__}")
+            if not isinstance(value, Mapping) and not callable(value):
+                for spaces in sorted(reads.get(name, ())):
+                    shape = tuple(self.extents[x] for x in spaces)
+                    if tuple(np.shape(value)) != shape:
+                        raise InputTypeError(
+                            f"tensor {name!r}: a symmetric sum reads one array only when "
+                            f"each axis spans one space (shape {shape} for {spaces}), got "
+                            f"{np.shape(value)}; give a mapping from spaces to blocks, e.g. "
+                            f"{{{spaces!r}: block}}, or a provider")
         per_worker = [self._budgeted(w) for w in range(self.workers)]
         parts = self._assigned(per_worker[0])
 
@@ -368,7 +385,7 @@ class SymmetricSum:
             ev, spaces, tuples = kinds[k]
             t = tuples[j]
             shifts = {space: ranges[b][0] for space, b in zip(spaces, t)}
-            given = {name: _Shifted(value, self.space, shifts)
+            given = {name: _Shifted(name, value, self.space, shifts, self.extents)
                      for name, value in tensors.items()}
             out, meter = ev.evaluate(given, backend, return_meter=True)
             weight = orbit_size(t)
@@ -383,27 +400,38 @@ class SymmetricSum:
 
 class _Shifted:
     """A tensor read through the block spaces of one tuple: a slot in space ``a#k`` is
-    the parent space's slot at that block's offset (a provider ``(spaces, ranges)``)."""
+    the parent space's slot at that block's offset (a provider ``(spaces, ranges)``). The
+    tensor is a mapping from spaces to blocks, a provider (taking ranges or not), or one
+    array whose every axis spans exactly one space (an axis spanning several spaces
+    concatenated cannot be shifted: such an array is refused)."""
 
-    def __init__(self, value: object, parent: str, shifts: Mapping[str, int]) -> None:
-        self.value, self.parent, self.shifts = value, parent, dict(shifts)
+    def __init__(self, name: str, value: object, parent: str, shifts: Mapping[str, int],
+                 extents: Mapping[str, int]) -> None:
+        self.name, self.value, self.parent = name, value, parent
+        self.shifts, self.extents = dict(shifts), extents
 
-    def __call__(self, spaces: tuple[str, ...], ranges=None):
+    def __call__(self, spaces: tuple[str, ...], ranges):
         plain = tuple(self.parent if s in self.shifts else s for s in spaces)
-        if ranges is None:
-            raise UsageError("a block of a symmetric sum is read by ranges")
-        moved = tuple((lo + self.shifts.get(s, 0), hi + self.shifts.get(s, 0))
-                      for s, (lo, hi) in zip(spaces, ranges))
+        at = tuple(slice(lo + self.shifts.get(s, 0), hi + self.shifts.get(s, 0))
+                   for s, (lo, hi) in zip(spaces, ranges))
         value = self.value
         if isinstance(value, Mapping):
             block = value.get(plain)
             if block is None:
-                raise InputTypeError(f"no block {plain} among the blocks given "
-                                     f"({', '.join(map(str, value))})")
-            return np.asarray(block[tuple(slice(lo, hi) for lo, hi in moved)])
+                raise InputTypeError(f"tensor {self.name!r}: no block {plain} among the "
+                                     f"blocks given ({', '.join(map(str, value))})")
+            return np.asarray(block[at])
         if callable(value):
-            return np.asarray(value(plain, moved))
-        return np.asarray(value[tuple(slice(lo, hi) for lo, hi in moved)])
+            if takes_ranges(value):
+                return np.asarray(value(plain, tuple((x.start, x.stop) for x in at)))
+            return np.asarray(value(plain)[at])
+        shape = tuple(self.extents[s] for s in plain)
+        if tuple(np.shape(value)) != shape:
+            raise InputTypeError(
+                f"tensor {self.name!r}: a symmetric sum reads one array only when each axis "
+                f"spans one space (shape {shape} for {plain}), got {np.shape(value)}; give a "
+                f"mapping from spaces to blocks, e.g. {{{plain!r}: block}}, or a provider")
+        return np.asarray(value[at])
 
 
 def _group_indices(eqs: Sequence[Equation], group: Sequence[str]) -> tuple[Index, ...]:

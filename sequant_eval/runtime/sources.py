@@ -40,7 +40,7 @@ from ..errors import (InputTypeError, MissingTensor, SequantEvalError, ShapeMism
 from ..forest.values import ONES, Forest, ValueKind
 from .backing import FileBacking, file_backing
 
-__all__ = ["TensorSource", "LeafReader", "Diagonal"]
+__all__ = ["TensorSource", "LeafReader", "Diagonal", "takes_ranges"]
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -49,7 +49,7 @@ def _is_arraylike(x: object) -> bool:
     return hasattr(x, "shape") and hasattr(x, "__getitem__") and not isinstance(x, Mapping)
 
 
-def _takes_ranges(fn: Callable) -> bool:
+def takes_ranges(fn: Callable) -> bool:
     """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``)."""
     try:
         sig = inspect.signature(fn)
@@ -214,7 +214,7 @@ class TensorSource:
                     f"tensor {v.tensor!r} is a {type(given).__name__}; give an array (or an "
                     f"array-like such as an h5py dataset), a mapping from space tuples to "
                     f"blocks, or a provider(spaces, ranges)")
-            elif v.diagonal and not _takes_ranges(given):
+            elif v.diagonal and not takes_ranges(given):
                 raise InputTypeError(
                     f"the provider of tensor {v.tensor!r} takes only the block's spaces, but "
                     f"{self._where(v.id)} reads the diagonal of block {slots}, which is read "
@@ -371,7 +371,7 @@ class TensorSource:
 
     def _provider(self, name: str, spaces: tuple[str, ...], shape: tuple[int, ...],
                   fn: Callable) -> Callable[[Ranges], object]:
-        ranged = _takes_ranges(fn)
+        ranged = takes_ranges(fn)
 
         def read(r: Ranges):
             whole = all(lo == 0 and hi == n for (lo, hi), n in zip(r, shape))
@@ -422,7 +422,7 @@ class TensorSource:
         for vid in sorted(vids):
             v = self.forest.values[vid]
             given = self.tensors.get(v.tensor)
-            if callable(given) and not _is_arraylike(given) and not _takes_ranges(given):
+            if callable(given) and not _is_arraylike(given) and not takes_ranges(given):
                 raise InputTypeError(
                     f"the provider of tensor {v.tensor!r} takes only the block's spaces, but "
                     f"the plan reads block {v.spaces} in batches ({self._where(vid)}); give it "
