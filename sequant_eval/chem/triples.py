@@ -394,18 +394,28 @@ def symmetric_text(kind: str = "closed-shell") -> str:
     if _kind(kind) not in SYMMETRIC_FILES:
         raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals; the kinds "
                                  f"with one are {', '.join(SYMMETRIC_FILES)}")
-    eqs = [parse(line)[0] for line in _symmetric_lines(kind)]
-    return _SYMMETRIC_HEADER[kind] + "\n" + "".join(
-        format_equation(eq, one_term_per_line=True, indent="    ") + "\n" for eq in eqs)
+    return _written(_SYMMETRIC_HEADER[kind], _symmetric_lines(kind))
 
 
 @lru_cache(maxsize=len(SYMMETRIC_FILES))
 def symmetric_equations(kind: str = "closed-shell"):
     """The packaged symmetric (T) equations of ``kind``, parsed once."""
-    if _kind(kind) not in SYMMETRIC_FILES:
-        raise UnsupportedFeature(f"no symmetric (T) energy for {kind!r} orbitals")
+    return _packaged(SYMMETRIC_FILES, kind, "symmetric")
+
+
+def _written(header: str, lines: list[str]) -> str:
+    """A packaged file's text: ``header``, then each equation one term per line."""
+    eqs = [parse(line)[0] for line in lines]
+    return header + "\n" + "".join(format_equation(eq, one_term_per_line=True, indent="    ")
+                                   + "\n" for eq in eqs)
+
+
+def _packaged(files: dict[str, str], kind: str, form: str) -> tuple:
+    """The packaged equations of ``kind`` among ``files`` (the ``form``'s), parsed."""
+    if _kind(kind) not in files:
+        raise UnsupportedFeature(f"no {form} (T) energy for {kind!r} orbitals")
     text = resources.files("sequant_eval.chem").joinpath(
-        "data", SYMMETRIC_FILES[kind]).read_text(encoding="utf-8")
+        "data", files[kind]).read_text(encoding="utf-8")
     return tuple(parse(text))
 
 
@@ -416,22 +426,16 @@ def factored_text(kind: str = "closed-shell") -> str:
     if _kind(kind) not in FACTORED_FILES:
         raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals; the kinds "
                                  f"with one are {', '.join(FACTORED_FILES)}")
-    eqs = [parse(line)[0] for line in _factored_lines(kind)]
     title = {"closed-shell": "Closed-shell (RHF)", "spin-orbital": "Spin-orbital"}[kind]
     header = _FACTORED_HEADER.format(title=title, products=TRIPLES_FILES[kind],
                                      formula=_FACTORED_FORMULA[kind])
-    return header + "\n" + "".join(format_equation(eq, one_term_per_line=True, indent="    ")
-                                   + "\n" for eq in eqs)
+    return _written(header, _factored_lines(kind))
 
 
 @lru_cache(maxsize=len(FACTORED_FILES))
 def factored_equations(kind: str = "closed-shell"):
     """The packaged factored (T) equations of ``kind``, parsed once."""
-    if _kind(kind) not in FACTORED_FILES:
-        raise UnsupportedFeature(f"no factored (T) energy for {kind!r} orbitals")
-    text = resources.files("sequant_eval.chem").joinpath(
-        "data", FACTORED_FILES[kind]).read_text(encoding="utf-8")
-    return tuple(parse(text))
+    return _packaged(FACTORED_FILES, kind, "factored")
 
 
 def _kind(kind: str) -> str:

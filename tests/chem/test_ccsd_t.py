@@ -197,26 +197,19 @@ def test_the_packaged_files_are_their_regeneration(kind, terms):
         triples.triples_text("restricted open-shell")
 
 
-@pytest.mark.parametrize("kind, terms", [("closed-shell", (2, 3, 6, 6, 1)),
-                                         ("spin-orbital", (2, 3, 9, 1))])
-def test_the_packaged_factored_files_are_their_regeneration(kind, terms):
+@pytest.mark.parametrize("form, kind, terms", [
+    ("factored", "closed-shell", (2, 3, 6, 6, 1)), ("factored", "spin-orbital", (2, 3, 9, 1)),
+    ("symmetric", "closed-shell", (12, 7, 1, 6)),
+    ("symmetric", "spin-orbital", (6, 7, 3, 3, 1, 1))])
+def test_the_packaged_staged_files_are_their_regeneration(form, kind, terms):
+    files = getattr(triples, f"{form.upper()}_FILES")
+    text, equations = getattr(triples, f"{form}_text"), getattr(triples, f"{form}_equations")
     packaged = (triples.resources.files("sequant_eval.chem") / "data" /
-                triples.FACTORED_FILES[kind]).read_text(encoding="utf-8")
-    assert packaged == triples.factored_text(kind)
-    assert tuple(len(eq.terms) for eq in triples.factored_equations(kind)) == terms
-    with pytest.raises(se.UnsupportedFeature, match="closed-shell, spin-orbital"):
-        triples.factored_text("unrestricted")
-
-
-@pytest.mark.parametrize("kind, terms", [("closed-shell", (12, 7, 1, 6)),
-                                         ("spin-orbital", (6, 7, 3, 3, 1, 1))])
-def test_the_packaged_symmetric_files_are_their_regeneration(kind, terms):
-    packaged = (triples.resources.files("sequant_eval.chem") / "data" /
-                triples.SYMMETRIC_FILES[kind]).read_text(encoding="utf-8")
-    assert packaged == triples.symmetric_text(kind)
-    assert tuple(len(eq.terms) for eq in triples.symmetric_equations(kind)) == terms
-    with pytest.raises(se.UnsupportedFeature, match="no symmetric"):
-        triples.symmetric_text("unrestricted")
+                files[kind]).read_text(encoding="utf-8")
+    assert packaged == text(kind)
+    assert tuple(len(eq.terms) for eq in equations(kind)) == terms
+    with pytest.raises(se.UnsupportedFeature, match=f"no {form}"):
+        text("unrestricted")
 
 
 def test_symmetric_triples_in_small_blocks_are_exact_and_within_budget():
