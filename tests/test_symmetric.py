@@ -155,9 +155,16 @@ def test_two_workers_give_the_sum_the_same_bits_every_time_within_the_budget():
     assert two.analyze().peak_bytes == 2 * solo
     budget = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6, workers=2,
                           budget=1e9).analyze().total_bytes
-    fit = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget, workers=2)
+    fit = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), block=6, budget=budget, workers=2)
     report = fit.analyze()
     assert fit.workers == 2 and report.total_bytes <= budget
+    # with the block left to choose, two workers are kept while their blocks are at
+    # least half of what one worker would take alone
+    chosen = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget, workers=2)
+    alone = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget).block
+    shared = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"), budget=budget / 2).block
+    assert (chosen.workers == 2) == (2 * shared >= alone and shared > 1)
+    assert chosen.block == (shared if chosen.workers == 2 else alone)
     (got, meter), traced = traced_peak(lambda: fit.evaluate(x, return_meter=True))
     assert meter.peak_bytes == report.peak_bytes and traced <= budget, (traced, budget)
     assert abs(got["E"] - ref) <= 1e-12 * abs(ref)

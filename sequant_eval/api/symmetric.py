@@ -115,9 +115,11 @@ class SymmetricSum:
     peak within :data:`TUPLE_BYTES`). ``workers``: tuples evaluated at once, each by a
     thread of its own with its own evaluators (NumPy releases the interpreter in its
     kernels), the BLAS held to one thread meanwhile; each worker holds its own tuple, so
-    a budget is shared out between them, and fewer are used where a budget does not fit
-    them all. Results are the equations no other equation reads; none may carry a group
-    index; they are summed in a fixed order (the same bits every time)."""
+    a budget is shared out between them, and one is used where a budget does not fit
+    them all with blocks of more than one element and at least half one worker's (the
+    work is the same at any block, but each of the (v/b)³/6 tuples adds its overhead). Results are the equations no other equation
+    reads; none may carry a group index; they are summed in a fixed order (the same bits
+    every time)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
                  group: Sequence[str], block: int | None = None, budget=None,
@@ -149,6 +151,14 @@ class SymmetricSum:
             self.budget = Budget.parse(self.budget.share * whole.analyze().peak_bytes)
         self.workers = self._chosen_workers(workers)
         self.block = block if block is not None else self._chosen_block(extent)
+        if block is None and self.workers > 1 and not self.budget.unlimited:
+            n, many = self.workers, self.block      # the budget shared out, blocks shrink:
+            self.workers = 1                        # the work is the same at any block,
+            alone = self._chosen_block(extent)      # but each tuple costs its overhead
+            if many > 1 and 2 * many >= alone:
+                self.workers, self.block = n, many
+            else:
+                self.block = alone
 
     # ----------------------------------------------------------------- tuples
     def _ranges(self, block: int) -> list[tuple[int, int]]:
