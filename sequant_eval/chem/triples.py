@@ -622,9 +622,11 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell") -> 
     energies = {s: np.diag(np.asarray(ints.fock((s, s)))) if hasattr(ints, "fock")
                 else ints.fock_diagonal(s) for s in spaces}
     denominator = OrbitalDenominator(energies, occupied=[s for s in spaces if s in "iI"])
-    for name in {t.name for p in triples_equations(kind)[0].terms for t in p.factors}:
-        if name.startswith("D3"):
-            out[name] = denominator
+    names = {"D3"} if kind != "unrestricted" else {   # one per spin block
+        t.name for p in triples_equations(kind)[0].terms for t in p.factors
+        if t.name.startswith("D3")}
+    for name in names:
+        out[name] = denominator
     return out
 
 
