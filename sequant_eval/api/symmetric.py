@@ -75,10 +75,11 @@ def orbit_size(blocks: tuple[int, ...]) -> int:
 
 @dataclass(frozen=True)
 class SymmetricReport:
-    """The dry run: ``peak_bytes`` the largest tuple evaluation's peak plus the running
-    sums; ``program_bytes`` every tuple kind's program reserve (0 unbudgeted); ``flops``
-    over all tuples; ``block`` the block size; ``tuples`` how many tuples are evaluated,
-    of ``blocks`` blocks; ``kinds`` the tuple kinds' reports."""
+    """The dry run: ``peak_bytes`` per worker the largest peak of its tuples plus its
+    running sums, added over the workers; ``program_bytes`` every tuple kind's program
+    reserve, per worker (0 unbudgeted); ``flops`` over all tuples; ``block`` the block
+    size; ``tuples`` how many tuples are evaluated, of ``blocks`` blocks; ``kinds`` the
+    tuple kinds' reports (one worker's)."""
 
     peak_bytes: int
     program_bytes: int
@@ -97,8 +98,8 @@ class SymmetricReport:
 
 @dataclass(frozen=True)
 class SymmetricMeter:
-    """What the evaluation measured: the largest tuple evaluation's metered peak plus the
-    running sums, and the flops of all tuples."""
+    """What the evaluation measured: per worker, the largest metered peak of its tuples
+    plus its running sums, added over the workers; the flops of all tuples."""
 
     peak_bytes: int
     flops: float
@@ -117,9 +118,10 @@ class SymmetricSum:
     kernels), the BLAS held to one thread meanwhile; each worker holds its own tuple, so
     a budget is shared out between them, and one is used where a budget does not fit
     them all with blocks of more than one element and at least half one worker's (the
-    work is the same at any block, but each of the (v/b)³/6 tuples adds its overhead). Results are the equations no other equation
-    reads; none may carry a group index; they are summed in a fixed order (the same bits
-    every time)."""
+    work is the same at any block, but each of the (v/b)³/6 tuples adds its overhead).
+
+    Results are the equations no other equation reads; none may carry a group index; they
+    are summed in a fixed order (the same bits every time)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
                  group: Sequence[str], block: int | None = None, budget=None,
