@@ -78,8 +78,8 @@ class SymmetricReport:
     """The dry run: ``peak_bytes`` per worker the largest peak of its tuples plus its
     running sums, added over the workers; ``program_bytes`` every tuple kind's program
     reserve, per worker (0 unbudgeted); ``flops`` over all tuples; ``block`` the block
-    size; ``tuples`` how many tuples are evaluated, of ``blocks`` blocks; ``kinds`` the
-    tuple kinds' reports (one worker's)."""
+    size; ``tuples`` how many tuples are evaluated, of ``blocks`` blocks, by ``workers``
+    at a time; ``kinds`` the tuple kinds' reports (one worker's)."""
 
     peak_bytes: int
     program_bytes: int
@@ -87,6 +87,7 @@ class SymmetricReport:
     block: int
     blocks: int
     tuples: int
+    workers: int
     kinds: tuple
     budget_bytes: float | None
 
@@ -337,7 +338,8 @@ class SymmetricSum:
             program_bytes=sum(self._reserves) * len(peaks),
             flops=sum(r.flops * len(ts) for r, (_, _, ts) in zip(reports, kinds)),
             block=self.block, blocks=len(self._ranges(self.block)),
-            tuples=sum(len(ts) for _, _, ts in kinds), kinds=tuple(reports),
+            tuples=sum(len(ts) for _, _, ts in kinds), workers=self.workers,
+            kinds=tuple(reports),
             budget_bytes=None if self.budget.unlimited else float(self.budget.fixed))
 
     # ----------------------------------------------------------------- running

@@ -91,16 +91,29 @@ def _triples_lines(cc: Any) -> list[str]:
             f"  (T) step: predicted peak {format_bytes(tr.report.peak_bytes)}, metered "
             f"{format_bytes(tr.meter.peak_bytes)}, program "
             f"{format_bytes(tr.report.program_bytes)}"
-            + (f", budget {format_bytes(tr.budget_bytes)}" if tr.budget_bytes else "")]
+            + (f", budget {format_bytes(tr.budget_bytes)}" if tr.budget_bytes else "")
+            + _tuples_line(tr.report)]
+
+
+def _tuples_line(report: Any) -> str:
+    """How a (T) summed over ordered virtual block tuples ran (``api/symmetric.py``)."""
+    if not hasattr(report, "tuples"):
+        return ""
+    return (f"\n  (T) over {report.tuples} ordered tuples of {report.blocks} virtual blocks "
+            f"of {report.block}, {report.workers} at a time")
 
 
 def _triples(cc: Any) -> dict[str, Any] | None:
     tr = cc.triples_result
     if tr is None:
         return None
-    return {"e_t": tr.e_t, "e_tot": cc.e_tot + tr.e_t,
-            "predicted_peak_bytes": tr.report.peak_bytes,
-            "metered_peak_bytes": tr.meter.peak_bytes, "budget_bytes": tr.budget_bytes}
+    out = {"e_t": tr.e_t, "e_tot": cc.e_tot + tr.e_t,
+           "predicted_peak_bytes": tr.report.peak_bytes,
+           "metered_peak_bytes": tr.meter.peak_bytes, "budget_bytes": tr.budget_bytes}
+    if hasattr(tr.report, "tuples"):
+        out.update(tuples=tr.report.tuples, blocks=tr.report.blocks,
+                   block=tr.report.block, workers=tr.report.workers)
+    return out
 
 
 def _history(cc: Any) -> list[dict[str, Any]]:

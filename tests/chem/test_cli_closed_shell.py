@@ -143,6 +143,13 @@ def test_ccsd_t_prints_the_three_energies_and_the_triples_peak(tmp_path, capsys)
     data = json.loads(out.read_text())["triples"]
     assert data["predicted_peak_bytes"] == data["metered_peak_bytes"]
     assert abs(data["e_t"] - e_t) < 1e-9
+    # the ordered tuples of virtual blocks it ran over: C(n + 2, 3) of n blocks
+    tuples = re.search(r"\(T\) over (\d+) ordered tuples of (\d+) virtual blocks of (\d+), "
+                       r"(\d+) at a time", text)
+    assert tuples, text
+    n = int(tuples.group(2))
+    assert int(tuples.group(1)) == data["tuples"] == n * (n + 1) * (n + 2) // 6
+    assert (n - 1) * data["block"] < ref.nmo - ref.nocc <= n * data["block"]
 
 
 def test_ccsd_t_of_an_open_shell_runs_the_unrestricted_triples(capsys):
