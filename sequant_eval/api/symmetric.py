@@ -43,8 +43,9 @@ from math import factorial, prod
 import numpy as np
 
 from ..budget import Budget
-from ..errors import ExpressionError, InfeasibleBudget, InputTypeError, UsageError
-from ..expr import Equation, Index, Product, Tensor
+from ..errors import (ExpressionError, InfeasibleBudget, InputTypeError, UnknownSpace,
+                      UnsupportedFeature, UsageError)
+from ..expr import Equation, Index, Operator, Product, Tensor, check_extents
 from ..expr.stages import as_equations, equation_stages
 from ..runtime.sources import takes_ranges
 from ..units import format_bytes
@@ -121,14 +122,22 @@ class SymmetricSum:
     them all with blocks of more than one element and at least half one worker's (the
     work is the same at any block, but each of the (v/b)³/6 tuples adds its overhead).
 
-    Results are the equations no other equation reads; none may carry a group index; they
-    are summed in a fixed order (the same bits every time)."""
+    Results are the equations no other equation reads; none may carry a group index, and
+    every term of one sums over the whole group; they are summed in a fixed order (the
+    same bits every time). The tensors are read through providers, so the evaluation runs
+    in float64 (float32 inputs too; complex ones are refused)."""
 
     def __init__(self, eqs: str | Equation | Sequence[Equation], extents: Mapping[str, int],
                  group: Sequence[str], block: int | None = None, budget=None,
                  workers: int = 1) -> None:
         self.equations = as_equations(eqs)
-        self.extents = dict(extents)
+        self.extents = check_extents(extents)
+        used = {ix.space for eq in self.equations for p in eq.terms for t in p.factors
+                for ix in t.slots} | {ix.space for eq in self.equations for ix in eq.indices}
+        missing = sorted(used - set(self.extents))
+        if missing:
+            raise UnknownSpace(f"space {missing[0]!r} of the equations has no extent; give "
+                               f"it in extents, e.g. {{{missing[0]!r}: 10}}")
         self.group = _group_indices(self.equations, group)
         self.space = self.group[0].space
         if self.space not in self.extents:
@@ -149,9 +158,10 @@ class SymmetricSum:
         self._evaluators: dict[tuple, object] = {}
         self._planned: dict[int, list] = {}
         self._reserves: list[int] = []        # each kind's program reserve (0 unbudgeted)
-        if self.budget.share is not None:          # of the unbatched peak: one block
-            whole = self._evaluator(*self._kind([(0, extent)], (0,) * len(self.group)), None)
-            self.budget = Budget.parse(self.budget.share * whole.analyze().peak_bytes)
+        if self.budget.share is not None:          # of the unbatched peak: one block,
+            whole = self._whole()
+            self.budget = Budget.parse(self.budget.bytes_for(     # its program on top
+                whole.analyze().peak_bytes + self._results, _reserve(whole)))
         self.workers = self._chosen_workers(workers)
         self.block = block if block is not None else self._chosen_block(extent)
         if block is None and self.workers > 1 and not self.budget.unlimited:
@@ -162,6 +172,8 @@ class SymmetricSum:
                 self.workers, self.block = n, many
             else:
                 self.block = alone
+        tuples = len(ordered_tuples(len(self._ranges(self.block)), len(self.group)))
+        self.workers = min(self.workers, tuples)      # no worker without a tuple
 
     # ----------------------------------------------------------------- tuples
     def _ranges(self, block: int) -> list[tuple[int, int]]:
@@ -245,6 +257,20 @@ class SymmetricSum:
         return len(self._ranges(block)) >= len(self.group) or (
             self._one_need() <= self._share())
 
+    def _whole(self):
+        """The evaluator of one block (every tuple one kind: all group indices one space)."""
+        extent = self.extents[self.space]
+        return self._evaluator(*self._kind([(0, extent)], (0,) * len(self.group)), None)
+
+    def _whole_need(self) -> float:
+        """What one worker needs for one block evaluated whole, its program charged; inf
+        where its peak passes :data:`TUPLE_BYTES` (too large to be worth it)."""
+        whole = self._whole()
+        peak = whole.analyze().peak_bytes
+        if peak > TUPLE_BYTES:
+            return float("inf")
+        return peak + self._results + (0 if self.budget.unlimited else _reserve(whole))
+
     def _distinct_peak(self, block: int) -> int:
         """The unbatched peak of a tuple of distinct blocks of size ``block`` (the
         largest kind: nothing shared)."""
@@ -259,6 +285,10 @@ class SymmetricSum:
         that does, searched by halving; at 1 the one kind's evaluator batches inside where
         it must (or refuses)."""
         cap = min(TUPLE_BYTES, self._share() - self._results)
+        if cap <= 0:
+            return 1                            # refused when planned (``_refused``)
+        if self._whole_need() <= self._share():
+            return extent                       # one block, one kind, one program
         full = self._distinct_peak(extent)   # the peak grows about as the block's cube:
         lo = extent if full <= cap else max(1, int(extent * (cap / full) ** (1 / 3)))
         if self._distinct_peak(lo) <= cap:   # then walk to the largest that fits
@@ -311,9 +341,10 @@ class SymmetricSum:
     def _refused(self) -> InfeasibleBudget:
         budget = self.budget.fixed
 
-        def least() -> float:                  # one worker, blocks of one element
-            (spaces, sizes), = self._kinds(1)
-            return self._evaluator(spaces, sizes, None).min_budget() + self._results
+        def least() -> float:                  # one worker: blocks of one element, or
+            (spaces, sizes), = self._kinds(1)  # one block whole where that needs less
+            one = self._evaluator(spaces, sizes, None).min_budget() + self._results
+            return min(one, self._whole_need())
         return InfeasibleBudget(
             f"budget {format_bytes(budget)} ({int(budget)} B) for the sum over ordered "
             f"tuples of {self.space} blocks: even blocks of one {self.space} index do not fit "
@@ -347,6 +378,12 @@ class SymmetricSum:
                  return_meter: bool = False):
         """``{result: array}``: the weighted sum over the ordered tuples; with
         ``return_meter`` also a :class:`SymmetricMeter`."""
+        if not isinstance(tensors, Mapping):
+            raise InputTypeError(f"tensors must map tensor names to arrays, block mappings or "
+                                 f"providers, got {type(tensors).__name__}")
+        if backend == "dryrun":
+            raise UnsupportedFeature("a symmetric sum has no dry-run evaluation: its dry run "
+                                     "is SymmetricSum.analyze() (peak, flops, blocks)")
         reads = {}
         for eq in self.equations:
             for p in eq.terms:
@@ -356,6 +393,13 @@ class SymmetricSum:
             if not (isinstance(value, Mapping) or callable(value) or hasattr(value, "shape")):
                 raise InputTypeError(f"tensor {name!r}: give an array, a mapping from spaces "
                                      f"to blocks or a provider, got {type(value).__name__}")
+            arrays = value.values() if isinstance(value, Mapping) else (
+                () if callable(value) else (value,))
+            if any(np.iscomplexobj(np.empty(0, getattr(a, "dtype", float))) for a in arrays):
+                raise UnsupportedFeature(f"tensor {name!r} is complex; a symmetric sum is "
+                                         f"evaluated in float64 (its tensors read through "
+                                         f"providers): evaluate complex tensors with an "
+                                         f"Evaluator over every tuple")
             if not isinstance(value, Mapping) and not callable(value):
                 for spaces in sorted(reads.get(name, ())):
                     shape = tuple(self.extents[x] for x in spaces)
@@ -430,10 +474,13 @@ class _Shifted:
                    for s, (lo, hi) in zip(spaces, ranges))
         value = self.value
         if isinstance(value, Mapping):
-            block = value.get(plain)
-            if block is None:
+            if plain not in value:
                 raise InputTypeError(f"tensor {self.name!r}: no block {plain} among the "
                                      f"blocks given ({', '.join(map(str, value))})")
+            block = value[plain]
+            if block is None:
+                raise InputTypeError(f"tensor {self.name!r}: block {plain} is None; give an "
+                                     f"array")
             return np.asarray(block[at])
         if callable(value):
             if takes_ranges(value):
@@ -449,7 +496,11 @@ class _Shifted:
 
 
 def _group_indices(eqs: Sequence[Equation], group: Sequence[str]) -> tuple[Index, ...]:
-    labels = list(group)
+    if isinstance(group, (str, bytes)) or not isinstance(group, Sequence) or not all(
+            isinstance(x, (str, Index)) for x in group):
+        raise UsageError(f"group must be a sequence of index labels, e.g. ('a_1', 'a_2', "
+                         f"'a_3'); got {group!r}")
+    labels = [x.label if isinstance(x, Index) else x for x in group]
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise UsageError(f"group must name two or more distinct indices, e.g. "
                          f"('a_1', 'a_2', 'a_3'); got {tuple(group)!r}")
@@ -466,7 +517,23 @@ def _group_indices(eqs: Sequence[Equation], group: Sequence[str]) -> tuple[Index
         if eq.name not in read and set(indices) & set(eq.indices):
             raise ExpressionError(f"result {eq.name} carries a group index; a symmetric sum "
                                   f"sums the group away (its results must not carry it)")
+        if eq.name not in read:
+            for p in eq.terms:
+                lacking = [ix.label for ix in indices
+                           if not any(ix in t.slots for t in p.factors)]
+                if lacking:
+                    raise ExpressionError(
+                        f"term '{p}' of result {eq.name} does not sum over group index "
+                        f"{lacking[0]}; every term of a result must sum over the whole group "
+                        f"(a term without it would be counted once per tuple): evaluate it "
+                        f"apart, with an Evaluator")
         for p in eq.terms:
+            for op in p.operators:
+                if set(op.indices) & set(indices):
+                    raise UnsupportedFeature(
+                        f"operator {op} in {eq.name} acts on group indices; each group index "
+                        f"gets a block space of its own, which a permutation cannot swap: "
+                        f"write the operator's permuted terms out")
             for t in p.factors:
                 source = names.get(t.name)
                 if source is None:
@@ -489,8 +556,11 @@ def _respaced(eq: Equation, rename: Mapping[Index, str]) -> Equation:
         return replace(t, bra=tuple(map(ix, t.bra)), ket=tuple(map(ix, t.ket)),
                        aux=tuple(map(ix, t.aux)))
 
-    terms = tuple(Product(p.coefficient, tuple(map(tensor, p.factors)), p.operators)
-                  for p in eq.terms)
+    def operator(o: Operator) -> Operator:
+        return replace(o, bra=tuple(map(ix, o.bra)), ket=tuple(map(ix, o.ket)))
+
+    terms = tuple(Product(p.coefficient, tuple(map(tensor, p.factors)),
+                          tuple(map(operator, p.operators))) for p in eq.terms)
     result = tensor(eq.result) if eq.result is not None else None
     return replace(eq, terms=terms, result=result)
 
