@@ -263,3 +263,18 @@ def test_a_whole_share_of_the_peak_is_one_block():
     s = SymmetricSum(STAGED, {"i": O, "a": V}, ("a_1", "a_2", "a_3"), budget="100%")
     report = s.analyze()
     assert s.block == V and report.total_bytes <= report.budget_bytes
+
+
+def test_one_block_only_where_its_peak_is_within_the_tuple_bytes(monkeypatch):
+    """Unbudgeted, one block is taken whole only while its peak is within TUPLE_BYTES;
+    past it the blocks are cut so that a distinct tuple's peak is within it."""
+    import sequant_eval.api.symmetric as symmetric
+
+    ext = {"i": 8, "a": 24}
+    whole = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"))
+    assert whole.block == 24
+    peak = whole.analyze().peak_bytes
+    monkeypatch.setattr(symmetric, "TUPLE_BYTES", peak // 8)
+    cut = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"))
+    assert 1 < cut.block < 24 and cut._distinct_peak(cut.block) <= peak // 8
+    assert cut._distinct_peak(cut.block + 1) > peak // 8

@@ -287,7 +287,8 @@ class SymmetricSum:
         cap = min(TUPLE_BYTES, self._share() - self._results)
         if cap <= 0:
             return 1                            # refused when planned (``_refused``)
-        if self._whole_need() <= self._share():
+        whole = self._whole_need()
+        if whole < float("inf") and whole <= self._share():
             return extent                       # one block, one kind, one program
         full = self._distinct_peak(extent)   # the peak grows about as the block's cube:
         lo = extent if full <= cap else max(1, int(extent * (cap / full) ** (1 / 3)))
