@@ -265,9 +265,9 @@ def test_a_whole_share_of_the_peak_is_one_block():
     assert s.block == V and report.total_bytes <= report.budget_bytes
 
 
-def test_one_block_only_where_its_peak_is_within_the_tuple_bytes(monkeypatch):
-    """Unbudgeted, one block is taken whole only while its peak is within TUPLE_BYTES;
-    past it the blocks are cut so that a distinct tuple's peak is within it."""
+def test_one_block_only_where_its_peak_is_within_the_whole_bytes(monkeypatch):
+    """Unbudgeted, one block is taken whole only while its peak is within WHOLE_BYTES;
+    past it the blocks are cut so that a distinct tuple's peak is within TUPLE_BYTES."""
     import sequant_eval.api.symmetric as symmetric
 
     ext = {"i": 8, "a": 24}
@@ -275,6 +275,8 @@ def test_one_block_only_where_its_peak_is_within_the_tuple_bytes(monkeypatch):
     assert whole.block == 24
     peak = whole.analyze().peak_bytes
     monkeypatch.setattr(symmetric, "TUPLE_BYTES", peak // 8)
+    assert SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3")).block == 24     # still whole
+    monkeypatch.setattr(symmetric, "WHOLE_BYTES", whole._whole().analyze().peak_bytes - 1)
     cut = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"))
     assert 1 < cut.block < 24 and cut._distinct_peak(cut.block) <= peak // 8
     assert cut._distinct_peak(cut.block + 1) > peak // 8

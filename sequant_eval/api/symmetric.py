@@ -53,13 +53,17 @@ from .evaluator import Evaluator
 from .staged import StagedEvaluator
 
 __all__ = ["SymmetricSum", "SymmetricReport", "SymmetricMeter", "ordered_tuples",
-           "orbit_size", "TUPLE_BYTES"]
+           "orbit_size", "TUPLE_BYTES", "WHOLE_BYTES"]
 
 #: The largest peak of one tuple's evaluation a chosen block gives, budget or not: past
 #: a few MiB per array the passes over each tuple's intermediates leave the cache and the
 #: evaluation slows (the (T) energy of (H2O)2/cc-pVDZ: 1.02 s at blocks of 8 virtuals,
 #: 20 MiB a tuple; 1.28 s at 13, 88 MiB; 7.3 s as one block, 2.2 GiB).
 TUPLE_BYTES = 32 * 2**20
+#: The largest peak at which the whole space is taken as one block when it fits: one tuple
+#: kind to plan and lower instead of up to eight, which is most of a small sum's first
+#: call (the (T) energy of H2O/cc-pVDZ, 33 MiB as one block: 0.25 → 0.08 s).
+WHOLE_BYTES = 2 * TUPLE_BYTES
 
 
 def ordered_tuples(blocks: int, size: int) -> list[tuple[int, ...]]:
@@ -113,9 +117,10 @@ class SymmetricSum:
     whose summand the caller declares symmetric under permutations of the group, evaluated
     over the non-increasing tuples of blocks of that space only (module docstring).
 
-    ``block``: the block size (default: the largest whose tuple evaluations fit
-    ``budget`` — bytes, text, or a share of the unbatched peak, one block's — whole and
-    peak within :data:`TUPLE_BYTES`). ``workers``: tuples evaluated at once, each by a
+    ``block``: the block size (default: the whole space where one block fits ``budget``
+    — bytes, text, or a share of the unbatched peak, one block's — and peaks within
+    :data:`WHOLE_BYTES`; else the largest whose tuple evaluations fit it whole and peak
+    within :data:`TUPLE_BYTES`). ``workers``: tuples evaluated at once, each by a
     thread of its own with its own evaluators (NumPy releases the interpreter in its
     kernels), the BLAS held to one thread meanwhile; each worker holds its own tuple, so
     a budget is shared out between them, and one is used where a budget does not fit
@@ -264,10 +269,10 @@ class SymmetricSum:
 
     def _whole_need(self) -> float:
         """What one worker needs for one block evaluated whole, its program charged; inf
-        where its peak passes :data:`TUPLE_BYTES` (too large to be worth it)."""
+        where its peak passes :data:`WHOLE_BYTES` (too large to be worth it)."""
         whole = self._whole()
         peak = whole.analyze().peak_bytes
-        if peak > TUPLE_BYTES:
+        if peak > WHOLE_BYTES:
             return float("inf")
         return peak + self._results + (0 if self.budget.unlimited else _reserve(whole))
 
