@@ -244,9 +244,10 @@ class SymmetricSum:
         and every kind's program: first against a bound, the distinct kind's peak and its
         program reserve times the number of kinds (the distinct kind holds the most
         values and the largest program; the others share some or are smaller), which
-        plans only that kind; where the bound does not fit, every kind exactly. Blocks so large that no tuple has distinct ones
-        are taken only where blocks of one element would fit whole too, so that a budget
-        is feasible exactly from the one-element minimum up (``_refused``)."""
+        plans only that kind; where the bound does not fit, every kind exactly. Blocks
+        so large that no tuple has distinct ones are taken only where blocks of one
+        element would fit whole too, so that a budget is feasible exactly from the
+        minimum up (``_refused``)."""
         if self.budget.unlimited:
             return True
         m = len(self.group)
@@ -284,11 +285,12 @@ class SymmetricSum:
         return self._evaluator(spaces, (block,) * m, None).analyze().peak_bytes
 
     def _chosen_block(self, extent: int) -> int:
-        """The largest block whose distinct tuples peak within :data:`TUPLE_BYTES` and a
-        worker's share (guessed from the whole block's peak by the cube law, then walked
-        to); where the kinds with their programs then do not fit, the largest smaller one
-        that does, searched by halving; at 1 the one kind's evaluator batches inside where
-        it must (or refuses)."""
+        """The whole space where one block fits a worker's share and peaks within
+        :data:`WHOLE_BYTES`; else the largest block whose distinct tuples peak within
+        :data:`TUPLE_BYTES` and the share (guessed from the whole block's peak by the cube
+        law, then walked to); where the kinds with their programs then do not fit, the
+        largest smaller one that does, searched by halving; at 1 the one kind's evaluator
+        batches inside where it must (or refuses)."""
         cap = min(TUPLE_BYTES, self._share() - self._results)
         if cap <= 0:
             return 1                            # refused when planned (``_refused``)

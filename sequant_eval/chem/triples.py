@@ -35,11 +35,12 @@ over ααα and βββ triples, 88 each over ααβ and αββ (``data/ccsd_t_u.
 the denominator (``D3aab{i_1,i_2,I_1;a_1,a_2,A_1}``) is the same provider reading both
 spins' orbital energies.
 
-The closed-shell energy is also written with every factor symmetric under the joint
-permutations (``data/ccsd_t_cs_symmetric.txt``, :func:`symmetric_text`), so that its
-summand is symmetric in ``a_1, a_2, a_3``; that form is evaluated over the ordered tuples
-of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`, PySCF's
-a ≥ b ≥ c on blocks) and is the closed-shell default.
+The closed-shell and spin-orbital energies are also written so that their summand is
+symmetric in ``a_1, a_2, a_3`` (:func:`symmetric_text`: ``data/ccsd_t_cs_symmetric.txt``,
+every factor symmetric under the joint permutations; ``data/ccsd_t_so_symmetric.txt``,
+both factors antisymmetric in the virtuals). That form is evaluated over the ordered
+tuples of virtual blocks only (:class:`~sequant_eval.api.symmetric.SymmetricSum`, PySCF's
+a ≥ b ≥ c on blocks) and is the default of both kinds.
 """
 from __future__ import annotations
 
