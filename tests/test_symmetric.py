@@ -280,3 +280,19 @@ def test_one_block_only_where_its_peak_is_within_the_whole_bytes(monkeypatch):
     cut = SymmetricSum(STAGED, ext, ("a_1", "a_2", "a_3"))
     assert 1 < cut.block < 24 and cut._distinct_peak(cut.block) <= peak // 8
     assert cut._distinct_peak(cut.block + 1) > peak // 8
+
+
+def test_a_result_with_other_indices_is_summed_in_place_within_the_prediction():
+    """R_i over 24 virtuals at blocks of 6 under a budget, two workers (the weighted sums
+    made in place): what the process allocates (tracemalloc, a first evaluation) stays
+    within the budget and R equals its einsum to 1e-12."""
+    x = _inputs(8, v=24, o=8)
+    ext = {"i": 8, "a": 24}
+    budget = SymmetricSum(ONE, ext, ("a_1", "a_2", "a_3"), block=6, workers=2,
+                          budget=1e9).analyze().total_bytes
+    s = SymmetricSum(ONE, ext, ("a_1", "a_2", "a_3"), block=6, workers=2, budget=budget)
+    s.analyze()
+    got, traced = traced_peak(lambda: s.evaluate(x))
+    assert traced <= budget, (traced, budget)
+    want = np.einsum("abci,ai,bi,ci->i", x["T"], x["u"], x["u"], x["u"])
+    np.testing.assert_allclose(got["R"], want, rtol=1e-12, atol=0)

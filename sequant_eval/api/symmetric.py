@@ -434,7 +434,10 @@ class SymmetricSum:
         sums: dict[str, object] = {}
         for part, _, _ in done:                  # in worker order: the same bits each time
             for name, value in part.items():
-                sums[name] = value if name not in sums else sums[name] + value
+                if name in sums:
+                    sums[name] += value          # the first worker's own array, in place
+                else:
+                    sums[name] = value
         result = {name: (float(v) if np.ndim(v) == 0 else v) for name, v in sums.items()}
         if not return_meter:
             return result
@@ -455,10 +458,17 @@ class SymmetricSum:
                      for name, value in tensors.items()}
             out, meter = ev.evaluate(given, backend, return_meter=True)
             weight = orbit_size(t)
-            for name in self.outputs:
-                term = weight * np.asarray(out[name])
-                sums[name] = term if name not in sums else sums[name] + term
-            del out
+            for name in self.outputs:           # in place: no result-sized temporary
+                term = np.asarray(out[name])
+                if term.ndim and term.flags.writeable:
+                    np.multiply(term, weight, out=term)
+                else:
+                    term = term * weight
+                if name in sums:
+                    sums[name] += term
+                else:
+                    sums[name] = term
+            del out, term
             peak = max(peak, meter.peak_bytes + self._results)
             flops += meter.flops
         return sums, peak, flops
