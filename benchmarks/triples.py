@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The (T) step alone: ours (chem/triples.py) beside PySCF's ``ccsd_t.kernel``.
 
-    python benchmarks/triples.py [--systems water,dimer,trimer,oh,cation] [--rounds 3]
-                                 [--budgets none,o3v3:0.05] [--json F]
+    python benchmarks/triples.py [--systems water,dimer,trimer,oh,cation,water_so]
+                                 [--rounds 3] [--budgets none,o3v3:0.05] [--json F]
 
 Systems, cc-pVDZ, all electrons correlated: closed_shell.py's water, dimer and trimer
-(RHF), and the doublets OH and (H2O)+ (UHF, the unrestricted (T)). A budget is bytes,
-text, a share (``10%``) or ``o3v3:F``, F times the bytes of one o³v³ array. A prep process runs the SCF and
-PySCF's CCSD (UCCSD for a doublet) once per system and stores the amplitudes; every
+(RHF), the doublets OH and (H2O)+ (UHF, the unrestricted (T)), and water_so, the water's
+spin orbitals (PySCF's GCCSD amplitudes on the GHF of the RHF; PySCF's ``gccsd_t``, NumPy
+einsum over whole o³v³ arrays, against the spin-orbital (T)). A budget is bytes, text,
+a share (``10%``) or ``o3v3:F``, F times the bytes of one o³v³ array. A prep process runs
+the SCF and PySCF's CCSD (UCCSD for a doublet, GCCSD for spin orbitals) once per system
+and stores the amplitudes; every
 timed call is a fresh worker process (so each peak RSS is its own) that runs the SCF
 again, loads the amplitudes and times the (T) step only:
 
@@ -40,9 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from closed_shell import SYSTEMS as WATERS  # noqa: E402
 
 SYSTEMS = {"water": WATERS["h2o"], "dimer": WATERS["dimer"], "trimer": WATERS["trimer"],
-           "oh": "O 0 0 0; H 0 0 0.97", "cation": WATERS["h2o"]}
+           "oh": "O 0 0 0; H 0 0 0.97", "cation": WATERS["h2o"], "water_so": WATERS["h2o"]}
 LABELS = {"water": "H2O", "dimer": "(H2O)2", "trimer": "(H2O)3", "oh": "OH",
-          "cation": "(H2O)+"}
+          "cation": "(H2O)+", "water_so": "H2O spin orbitals"}
+#: Systems run through their spin orbitals (PySCF's GCCSD and ``gccsd_t``; ours the
+#: spin-orbital (T)).
+SPIN_ORBITAL = {"water_so"}
 #: Charge and 2S of the doublets (UHF references; the rest are RHF singlets).
 DOUBLETS = {"oh": (0, 1), "cation": (1, 1)}
 
@@ -77,6 +83,11 @@ def _prep(system: str, path: str) -> None:
         mycc = cc.UCCSD(mf).run(conv_tol=1e-9)
         (t1a, t1b), (t2aa, t2ab, t2bb) = mycc.t1, mycc.t2
         amps = {"t1a": t1a, "t1b": t1b, "t2aa": t2aa, "t2ab": t2ab, "t2bb": t2bb}
+    elif system in SPIN_ORBITAL:
+        from pyscf import scf
+
+        mycc = cc.GCCSD(scf.addons.convert_to_ghf(mf)).run(conv_tol=1e-9)
+        amps = {"t1": mycc.t1, "t2": mycc.t2}
     else:
         mycc = cc.CCSD(mf).run(conv_tol=1e-9)
         amps = {"t1": mycc.t1, "t2": mycc.t2}
@@ -92,23 +103,32 @@ def _worker(code: str, system: str, budget: str, path: str) -> dict:
     t1, t2 = _amplitudes(system, amps)
     mf = _mf(system, amps)
     if code == "pyscf":
-        from pyscf import cc
-        from pyscf.cc import ccsd_t, uccsd_t
+        from pyscf import cc, scf
+        from pyscf.cc import ccsd_t, gccsd_t, uccsd_t
 
-        mycc = cc.UCCSD(mf) if system in DOUBLETS else cc.CCSD(mf)
+        if system in SPIN_ORBITAL:
+            mycc, kernel = cc.GCCSD(scf.addons.convert_to_ghf(mf)), gccsd_t.kernel
+        elif system in DOUBLETS:
+            mycc, kernel = cc.UCCSD(mf), uccsd_t.kernel
+        else:
+            mycc, kernel = cc.CCSD(mf), ccsd_t.kernel
         eris = mycc.ao2mo()
-        kernel = uccsd_t.kernel if system in DOUBLETS else ccsd_t.kernel
         rss = RSSWatch.start()
         t0 = time.perf_counter()
         e_t = kernel(mycc, eris, t1, t2, verbose=0)
         return {"seconds": time.perf_counter() - t0, "e_t": float(e_t),
                 "rss_growth": rss.growth()}
     from sequant_eval.chem.closed_shell import ClosedShellIntegrals
+    from sequant_eval.chem.spin_orbital import GeneralSpinOrbitalIntegrals
     from sequant_eval.chem.triples import ccsd_t_energy, triples_equations
     from sequant_eval.chem.unrestricted_integrals import UnrestrictedIntegrals
 
-    kind = "unrestricted" if system in DOUBLETS else "closed-shell"
-    ints = (UnrestrictedIntegrals if system in DOUBLETS else ClosedShellIntegrals).from_scf(mf)
+    if system in SPIN_ORBITAL:
+        kind, ints = "spin-orbital", GeneralSpinOrbitalIntegrals(mf)
+    elif system in DOUBLETS:
+        kind, ints = "unrestricted", UnrestrictedIntegrals.from_scf(mf)
+    else:
+        kind, ints = "closed-shell", ClosedShellIntegrals.from_scf(mf)
     provide = ints.tensors()
     for name, spaces in sorted({(t.name, tuple(s.space for s in t.slots))
                                 for p in triples_equations(kind)[0].terms
