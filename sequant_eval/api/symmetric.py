@@ -427,6 +427,10 @@ class SymmetricSum:
         else:
             from concurrent.futures import ThreadPoolExecutor
 
+            for kinds in per_worker:            # fitted and lowered here, one at a time:
+                for ev, _, _ in kinds:          # the workers' evaluators share forests
+                    _prepare(ev)                # and fits, which are built lazily
+
             from threadpoolctl import threadpool_limits
             with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(
                     self.workers, thread_name_prefix="sequant-eval-tuples") as pool:
@@ -581,6 +585,12 @@ def _respaced(eq: Equation, rename: Mapping[Index, str]) -> Equation:
                           tuple(map(operator, p.operators))) for p in eq.terms)
     result = tensor(eq.result) if eq.result is not None else None
     return replace(eq, terms=terms, result=result)
+
+
+def _prepare(ev) -> None:
+    """``ev``'s programs fitted and lowered now (every stage's), not on first use."""
+    for stage in (ev.evaluators if isinstance(ev, StagedEvaluator) else (ev,)):
+        stage.batched.program()
 
 
 def _reserve(ev) -> int:
