@@ -31,7 +31,8 @@ def _inputs(seed: int = 0, v: int = V, o: int = O):
 
 # R_i = Σ_abc T_abci u_ai u_bi u_ci: the summand is symmetric in a, b, c for each i
 ONE = "R{i_1} = T{a_1,a_2,a_3,i_1} * u{a_1;i_1} * u{a_2;i_1} * u{a_3;i_1}"
-# the same through an intermediate and a second stage, an unrestricted sum (i_2) kept
+# a symmetric Y as an intermediate read in a second stage, with another index (i_2)
+# summed over its whole range
 STAGED = """
 Y{a_1,a_2,a_3;i_1} = T{a_1,a_2,a_3,i_1} * u{a_1;i_1} * u{a_2;i_1}
     + T{a_2,a_3,a_1,i_1} * u{a_2;i_1} * u{a_3;i_1}
