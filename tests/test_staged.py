@@ -54,6 +54,24 @@ def test_two_stages_equal_einsum():
         ev.evaluate({"X": x, "Y": y, "t": t, "W": x})
 
 
+def test_an_evaluator_in_stages_shares_subproducts_and_prepares_every_stage():
+    """``Evaluator(..., share_subproducts=True)`` of equations read in stages hands the
+    option to every stage; its program reserve is the stages' together (the staged
+    evaluator's), and ``prepare`` lowers every stage's program before any evaluation."""
+    rng = np.random.default_rng(4)
+    x, y, t = rng.standard_normal((V, V)), rng.standard_normal((V, V)), rng.standard_normal((V, O))
+    eqs = se.parse("W{a_1;a_2} = X{a_1;a_2} - 2 Y{a_2;a_1}\nR{a_1;i_1} = W{a_1;a_2} * t{a_2;i_1}")
+    ev = se.Evaluator(eqs, EXT, budget=1e6, share_subproducts=True)
+    stages = ev._staged.evaluators
+    assert len(stages) == 2 and all(st.share_subproducts for st in stages)
+    assert ev.program_reserve() == _Staged(eqs, EXT, 1e6, stage=se.Evaluator).program_reserve()
+    ev.prepare()
+    assert all(st.batched._programs for st in stages)           # lowered, not yet run
+    want = np.einsum("ab,bi->ai", x - 2 * y.T, t)
+    assert np.abs(ev.evaluate({"X": x, "Y": y, "t": t})["R"] - want).max() <= (
+        1e-13 * np.abs(want).max())
+
+
 def _closed_shell_tensors(seed: int = 7):
     rng = np.random.default_rng(seed)
     n = O + V

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from ..errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
                      SinkError, UnsupportedFeature)
@@ -141,6 +141,7 @@ class Evaluator:
         self.gpu_budget = gpu_budget
         self.equations = _as_equations(eqs)
         self._staged = None
+        self.share_subproducts = bool(share_subproducts)
         if len(equation_stages(self.equations)) > 1:      # reads other equations' results
             self._stage(extents, budget, policy, persist, volatile)
             return
@@ -151,7 +152,6 @@ class Evaluator:
             self.regime = Regime.from_extents(check_extents(extents))
         self.extents = self.regime.extents
         self.persist = persist
-        self.share_subproducts = bool(share_subproducts)
         self.forest = _forest(self.equations, tuple(self.extents.items()),
                               tuple(sorted(self.regime.moments.items())), self.share_subproducts)
         parsed = Budget.parse(budget)                        # refuses bad values
@@ -180,8 +180,9 @@ class Evaluator:
         if isinstance(extents, Regime):
             raise UnsupportedFeature("equations evaluated in stages take plain extents "
                                      "(space -> int), not a Regime")
+        stage = partial(Evaluator, share_subproducts=self.share_subproducts)
         self._staged = StagedEvaluator(self.equations, extents, budget, policy, persist,
-                                       volatile, stage=Evaluator)
+                                       volatile, stage=stage)
         self.extents = self._staged.extents
         self.persist = persist
         self.policy = policy
@@ -249,8 +250,16 @@ class Evaluator:
 
     def program_reserve(self) -> int:
         """The reserve a finite budget charges for the program of these equations (what
-        ``program_bytes`` is under a budget), whatever the policy in force."""
+        ``program_bytes`` is under a budget), whatever the policy; in stages, all theirs."""
+        if self._staged is not None:
+            return self._staged.program_reserve()
         return _reserve(self.forest, self.regime, self._itemsize)
+
+    def prepare(self) -> None:
+        """Every (stage's) program fitted and lowered now, not on first use: evaluators
+        sharing forests and fits may then run in threads."""
+        for ev in (self._staged.evaluators if self._staged is not None else (self,)):
+            ev.batched.program()
 
     def _fit(self, policy: BatchPolicy, reserve: int):
         """The forest fitted under the policy's budget less ``reserve`` (a refusal names

@@ -21,9 +21,11 @@ forest (``share_subproducts``) and nothing is computed twice on the diagonal tup
 
 The symmetry is the caller's declaration and is not checked here (it cannot be, short of
 evaluating every tuple); the (T) energy's is tested against the sum over every tuple and
-PySCF. What is checked: the group indices are one space, never a final result's index, and
-every intermediate is read with them in the slots that define it (so that each block
-space means the same block wherever it appears).
+PySCF. What is checked (``api/block_spaces.py``, before any work): the group indices are
+one space, never a final result's index, summed over by every term of a result, read in
+the slots that define them wherever an intermediate is read (so that each block space
+means the same block everywhere), and acted on by no operator; and the tensors are of a
+kind the block-shifted reads can serve.
 
 Memory: each worker (thread) evaluates one tuple at a time; what the process holds at
 most is, added over the workers, the largest peak of a worker's tuples plus its running
@@ -34,23 +36,22 @@ batches inside when even the smallest block does not fit whole.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import factorial, prod
 
 import numpy as np
 
 from ..budget import Budget
-from ..errors import (ExpressionError, InfeasibleBudget, InputTypeError, UnknownSpace,
-                      UnsupportedFeature, UsageError)
-from ..expr import Equation, Index, Operator, Product, Tensor, check_extents
-from ..expr.stages import as_equations, equation_stages
-from ..runtime.sources import takes_ranges
+from ..errors import InfeasibleBudget, UnknownSpace, UnsupportedFeature, UsageError
+from ..expr import Equation, check_extents
+from ..expr.index import mode_space
+from ..expr.stages import as_equations
+from ..forest.build import mode_extent
 from ..units import format_bytes
+from .block_spaces import Shifted, check_inputs, group_indices, respaced
 from .evaluator import Evaluator
-from .staged import StagedEvaluator
 
 __all__ = ["SymmetricSum", "SymmetricReport", "SymmetricMeter", "ordered_tuples",
            "orbit_size", "TUPLE_BYTES", "WHOLE_BYTES"]
@@ -143,7 +144,7 @@ class SymmetricSum:
         if missing:
             raise UnknownSpace(f"space {missing[0]!r} of the equations has no extent; give "
                                f"it in extents, e.g. {{{missing[0]!r}: 10}}")
-        self.group = _group_indices(self.equations, group)
+        self.group = group_indices(self.equations, group)
         self.space = self.group[0].space
         if self.space not in self.extents:
             raise UsageError(f"the group's space {self.space!r} has no extent; give it in "
@@ -166,7 +167,7 @@ class SymmetricSum:
         if self.budget.share is not None:          # of the unbatched peak: one block,
             whole = self._whole()
             self.budget = Budget.parse(self.budget.bytes_for(     # its program on top
-                whole.analyze().peak_bytes + self._results, _reserve(whole)))
+                whole.analyze().peak_bytes + self._results, whole.program_reserve()))
         self.workers = self._chosen_workers(workers)
         self.block = block if block is not None else self._chosen_block(extent)
         if block is None and self.workers > 1 and not self.budget.unlimited:
@@ -200,14 +201,10 @@ class SymmetricSum:
         ev = self._evaluators.get(key)
         if ev is None:
             rename = dict(zip(self.group, spaces))
-            eqs = [_respaced(eq, rename) for eq in self.equations]
+            eqs = [respaced(eq, rename) for eq in self.equations]
             extents = dict(self.extents)
             extents.update(zip(spaces, sizes))
-            if len(equation_stages(eqs)) > 1:
-                ev = StagedEvaluator(eqs, extents, budget, stage=functools.partial(
-                    Evaluator, share_subproducts=True))
-            else:
-                ev = Evaluator(eqs, extents, budget, share_subproducts=True)
+            ev = Evaluator(eqs, extents, budget, share_subproducts=True)
             self._evaluators[key] = ev
         return ev
 
@@ -229,7 +226,7 @@ class SymmetricSum:
         """What one worker needs at blocks of one element, evaluated whole."""
         m = len(self.group)
         one = self._evaluator(tuple(f"{self.space}#{k}" for k in range(m)), (1,) * m, None)
-        return one.analyze().peak_bytes + _reserve(one) + self._results
+        return one.analyze().peak_bytes + one.program_reserve() + self._results
 
     def _chosen_workers(self, asked: int) -> int:
         """``asked``, or fewer while each one's share of the budget would not hold blocks
@@ -255,10 +252,10 @@ class SymmetricSum:
                                    (block,) * m, None)
         kinds = self._kinds(block)
         peak = distinct.analyze().peak_bytes + self._results
-        if peak + len(kinds) * _reserve(distinct) > self._share():     # then exactly
+        if peak + len(kinds) * distinct.program_reserve() > self._share():     # then exactly
             plain = [self._evaluator(s, z, None) for s, z in kinds]
             if (max(ev.analyze().peak_bytes for ev in plain) + self._results
-                    + sum(_reserve(ev) for ev in plain)) > self._share():
+                    + sum(ev.program_reserve() for ev in plain)) > self._share():
                 return False
         return len(self._ranges(block)) >= len(self.group) or (
             self._one_need() <= self._share())
@@ -275,7 +272,7 @@ class SymmetricSum:
         peak = whole.analyze().peak_bytes
         if peak > WHOLE_BYTES:
             return float("inf")
-        return peak + self._results + (0 if self.budget.unlimited else _reserve(whole))
+        return peak + self._results + (0 if self.budget.unlimited else whole.program_reserve())
 
     def _distinct_peak(self, block: int) -> int:
         """The unbatched peak of a tuple of distinct blocks of size ``block`` (the
@@ -329,7 +326,7 @@ class SymmetricSum:
         if self.budget.unlimited:
             self._reserves = [0] * len(plain)
             return [(ev, s, ts) for ev, ((s, _), ts) in zip(plain, kinds.items())]
-        reserves = [_reserve(self._evaluator(s, z, None)) for s, z in kinds]
+        reserves = [self._evaluator(s, z, None).program_reserve() for s, z in kinds]
         self._reserves = reserves
         out = []
         for k, ((s, z), ts) in enumerate(kinds.items()):
@@ -386,37 +383,10 @@ class SymmetricSum:
                  return_meter: bool = False):
         """``{result: array}``: the weighted sum over the ordered tuples; with
         ``return_meter`` also a :class:`SymmetricMeter`."""
-        if not isinstance(tensors, Mapping):
-            raise InputTypeError(f"tensors must map tensor names to arrays, block mappings or "
-                                 f"providers, got {type(tensors).__name__}")
         if backend == "dryrun":
             raise UnsupportedFeature("a symmetric sum has no dry-run evaluation: its dry run "
                                      "is SymmetricSum.analyze() (peak, flops, blocks)")
-        reads = {}
-        for eq in self.equations:
-            for p in eq.terms:
-                for t in p.factors:
-                    reads.setdefault(t.name, set()).add(tuple(ix.space for ix in t.slots))
-        for name, value in tensors.items():
-            if not (isinstance(value, Mapping) or callable(value) or hasattr(value, "shape")):
-                raise InputTypeError(f"tensor {name!r}: give an array, a mapping from spaces "
-                                     f"to blocks or a provider, got {type(value).__name__}")
-            arrays = value.values() if isinstance(value, Mapping) else (
-                () if callable(value) else (value,))
-            if any(np.iscomplexobj(np.empty(0, getattr(a, "dtype", float))) for a in arrays):
-                raise UnsupportedFeature(f"tensor {name!r} is complex; a symmetric sum is "
-                                         f"evaluated in float64 (its tensors read through "
-                                         f"providers): evaluate complex tensors with an "
-                                         f"Evaluator over every tuple")
-            if not isinstance(value, Mapping) and not callable(value):
-                for spaces in sorted(reads.get(name, ())):
-                    shape = tuple(self.extents[x] for x in spaces)
-                    if tuple(np.shape(value)) != shape:
-                        raise InputTypeError(
-                            f"tensor {name!r}: a symmetric sum reads one array only when "
-                            f"each axis spans one space (shape {shape} for {spaces}), got "
-                            f"{np.shape(value)}; give a mapping from spaces to blocks, e.g. "
-                            f"{{{spaces!r}: block}}, or a provider")
+        check_inputs(tensors, self.equations, self.extents)
         per_worker = [self._budgeted(w) for w in range(self.workers)]
         parts = self._assigned(per_worker[0])
 
@@ -429,7 +399,7 @@ class SymmetricSum:
 
             for kinds in per_worker:            # fitted and lowered here, one at a time:
                 for ev, _, _ in kinds:          # the workers' evaluators share forests
-                    _prepare(ev)                # and fits, which are built lazily
+                    ev.prepare()                # and fits, which are built lazily
 
             from threadpoolctl import threadpool_limits
             with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(
@@ -458,7 +428,7 @@ class SymmetricSum:
             ev, spaces, tuples = kinds[k]
             t = tuples[j]
             shifts = {space: ranges[b][0] for space, b in zip(spaces, t)}
-            given = {name: _Shifted(name, value, self.space, shifts, self.extents)
+            given = {name: Shifted(name, value, self.space, shifts, self.extents)
                      for name, value in tensors.items()}
             out, meter = ev.evaluate(given, backend, return_meter=True)
             weight = orbit_size(t)
@@ -478,125 +448,8 @@ class SymmetricSum:
         return sums, peak, flops
 
 
-class _Shifted:
-    """A tensor read through the block spaces of one tuple: a slot in space ``a#k`` is
-    the parent space's slot at that block's offset (a provider ``(spaces, ranges)``). The
-    tensor is a mapping from spaces to blocks, a provider (taking ranges or not), or one
-    array whose every axis spans exactly one space (an axis spanning several spaces
-    concatenated cannot be shifted: such an array is refused)."""
-
-    def __init__(self, name: str, value: object, parent: str, shifts: Mapping[str, int],
-                 extents: Mapping[str, int]) -> None:
-        self.name, self.value, self.parent = name, value, parent
-        self.shifts, self.extents = dict(shifts), extents
-
-    def __call__(self, spaces: tuple[str, ...], ranges):
-        plain = tuple(self.parent if s in self.shifts else s for s in spaces)
-        at = tuple(slice(lo + self.shifts.get(s, 0), hi + self.shifts.get(s, 0))
-                   for s, (lo, hi) in zip(spaces, ranges))
-        value = self.value
-        if isinstance(value, Mapping):
-            if plain not in value:
-                raise InputTypeError(f"tensor {self.name!r}: no block {plain} among the "
-                                     f"blocks given ({', '.join(map(str, value))})")
-            block = value[plain]
-            if block is None:
-                raise InputTypeError(f"tensor {self.name!r}: block {plain} is None; give an "
-                                     f"array")
-            return np.asarray(block[at])
-        if callable(value):
-            if takes_ranges(value):
-                return np.asarray(value(plain, tuple((x.start, x.stop) for x in at)))
-            return np.asarray(value(plain)[at])
-        shape = tuple(self.extents[s] for s in plain)
-        if tuple(np.shape(value)) != shape:
-            raise InputTypeError(
-                f"tensor {self.name!r}: a symmetric sum reads one array only when each axis "
-                f"spans one space (shape {shape} for {plain}), got {np.shape(value)}; give a "
-                f"mapping from spaces to blocks, e.g. {{{plain!r}: block}}, or a provider")
-        return np.asarray(value[at])
-
-
-def _group_indices(eqs: Sequence[Equation], group: Sequence[str]) -> tuple[Index, ...]:
-    if isinstance(group, (str, bytes)) or not isinstance(group, Sequence) or not all(
-            isinstance(x, (str, Index)) for x in group):
-        raise UsageError(f"group must be a sequence of index labels, e.g. ('a_1', 'a_2', "
-                         f"'a_3'); got {group!r}")
-    labels = [x.label if isinstance(x, Index) else x for x in group]
-    if len(labels) < 2 or len(set(labels)) != len(labels):
-        raise UsageError(f"group must name two or more distinct indices, e.g. "
-                         f"('a_1', 'a_2', 'a_3'); got {tuple(group)!r}")
-    seen = {ix.label: ix for eq in eqs for p in eq.terms for t in p.factors for ix in t.slots}
-    missing = [x for x in labels if x not in seen]
-    if missing:
-        raise ExpressionError(f"group index {missing[0]} is not in the equations")
-    indices = tuple(seen[x] for x in labels)
-    if len({ix.space for ix in indices}) != 1 or any(ix.protos for ix in indices):
-        raise ExpressionError(f"the group {tuple(labels)} must be plain indices of one space")
-    names = {eq.name: eq for eq in eqs}
-    read = {t.name for eq in eqs for p in eq.terms for t in p.factors}
-    for eq in eqs:
-        if eq.name not in read and set(indices) & set(eq.indices):
-            raise ExpressionError(f"result {eq.name} carries a group index; a symmetric sum "
-                                  f"sums the group away (its results must not carry it)")
-        if eq.name not in read:
-            for p in eq.terms:
-                lacking = [ix.label for ix in indices
-                           if not any(ix in t.slots for t in p.factors)]
-                if lacking:
-                    raise ExpressionError(
-                        f"term '{p}' of result {eq.name} does not sum over group index "
-                        f"{lacking[0]}; every term of a result must sum over the whole group "
-                        f"(a term without it would be counted once per tuple): evaluate it "
-                        f"apart, with an Evaluator")
-        for p in eq.terms:
-            for op in p.operators:
-                if set(op.indices) & set(indices):
-                    raise UnsupportedFeature(
-                        f"operator {op} in {eq.name} acts on group indices; each group index "
-                        f"gets a block space of its own, which a permutation cannot swap: "
-                        f"write the operator's permuted terms out")
-            for t in p.factors:
-                source = names.get(t.name)
-                if source is None:
-                    continue
-                defined = [k for k, ix in enumerate(source.indices) if ix in indices]
-                used = [k for k, ix in enumerate(t.slots) if ix in indices]
-                if defined != used or any(source.indices[k] != t.slots[k] for k in used):
-                    raise ExpressionError(
-                        f"{eq.name} reads intermediate {t} with the group indices in other "
-                        f"slots than {source.name} defines them; a symmetric sum needs "
-                        f"every intermediate read as defined at the group's slots")
-    return indices
-
-
-def _respaced(eq: Equation, rename: Mapping[Index, str]) -> Equation:
-    def ix(i: Index) -> Index:
-        return replace(i, space=rename[i]) if i in rename else i
-
-    def tensor(t: Tensor) -> Tensor:
-        return replace(t, bra=tuple(map(ix, t.bra)), ket=tuple(map(ix, t.ket)),
-                       aux=tuple(map(ix, t.aux)))
-
-    def operator(o: Operator) -> Operator:
-        return replace(o, bra=tuple(map(ix, o.bra)), ket=tuple(map(ix, o.ket)))
-
-    terms = tuple(Product(p.coefficient, tuple(map(tensor, p.factors)),
-                          tuple(map(operator, p.operators))) for p in eq.terms)
-    result = tensor(eq.result) if eq.result is not None else None
-    return replace(eq, terms=terms, result=result)
-
-
-def _prepare(ev) -> None:
-    """``ev``'s programs fitted and lowered now (every stage's), not on first use."""
-    for stage in (ev.evaluators if isinstance(ev, StagedEvaluator) else (ev,)):
-        stage.batched.program()
-
-
-def _reserve(ev) -> int:
-    """The program reserve a budget charges for ``ev`` (all its stages' together)."""
-    return ev.program_reserve()
 
 
 def _result_bytes(eq: Equation, extents: Mapping[str, int]) -> int:
-    return 8 * prod(extents[ix.space] for ix in eq.indices)
+    """Bytes of ``eq``'s result in float64 (what a worker's running sum of it holds)."""
+    return 8 * prod(mode_extent(mode_space(ix), extents) for ix in eq.indices)

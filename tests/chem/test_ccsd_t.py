@@ -6,6 +6,7 @@ allocates, and direct NumPy formulas for the denominator provider."""
 from __future__ import annotations
 
 import tracemalloc
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -188,7 +189,7 @@ def test_spin_orbital_triples_equal_pyscfs_gccsd_t(spin):
                                          ("unrestricted", 232)])
 def test_the_packaged_files_are_their_regeneration(kind, terms):
     text = triples.triples_text(kind)
-    packaged = (triples.resources.files("sequant_eval.chem") / "data" /
+    packaged = (resources.files("sequant_eval.chem") / "data" /
                 triples.TRIPLES_FILES[kind]).read_text(encoding="utf-8")
     assert packaged == text
     (eq,) = triples.triples_equations(kind)
@@ -204,7 +205,7 @@ def test_the_packaged_files_are_their_regeneration(kind, terms):
 def test_the_packaged_staged_files_are_their_regeneration(form, kind, terms):
     files = getattr(triples, f"{form.upper()}_FILES")
     text, equations = getattr(triples, f"{form}_text"), getattr(triples, f"{form}_equations")
-    packaged = (triples.resources.files("sequant_eval.chem") / "data" /
+    packaged = (resources.files("sequant_eval.chem") / "data" /
                 files[kind]).read_text(encoding="utf-8")
     assert packaged == text(kind)
     assert tuple(len(eq.terms) for eq in equations(kind)) == terms
