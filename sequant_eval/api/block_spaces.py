@@ -22,10 +22,13 @@ class Shifted:
     array whose every axis spans exactly one space (an axis spanning several spaces
     concatenated cannot be shifted: such an array is refused)."""
 
+    takes_ranges = True
+
     def __init__(self, name: str, value: object, parent: str, shifts: Mapping[str, int],
-                 extents: Mapping[str, int]) -> None:
+                 extents: Mapping[str, int], ranged: bool | None = None) -> None:
         self.name, self.value, self.parent = name, value, parent
         self.shifts, self.extents = dict(shifts), extents
+        self._ranged = (callable(value) and takes_ranges(value)) if ranged is None else ranged
 
     def __call__(self, spaces: tuple[str, ...], ranges):
         plain = tuple(self.parent if s in self.shifts else s for s in spaces)
@@ -42,7 +45,7 @@ class Shifted:
                                      f"array")
             return np.asarray(block[at])
         if callable(value):
-            if takes_ranges(value):
+            if self._ranged:
                 return np.asarray(value(plain, tuple((x.start, x.stop) for x in at)))
             return np.asarray(value(plain)[at])
         shape = tuple(self.extents[s] for s in plain)

@@ -255,11 +255,11 @@ class Evaluator:
             return self._staged.program_reserve()
         return _reserve(self.forest, self.regime, self._itemsize)
 
-    def prepare(self) -> None:
-        """Every (stage's) program fitted and lowered now, not on first use: evaluators
-        sharing forests and fits may then run in threads."""
-        for ev in (self._staged.evaluators if self._staged is not None else (self,)):
-            ev.batched.program()
+    def prepare(self) -> list:
+        """Every (stage's) program fitted and lowered now, not on first use (evaluators
+        sharing forests and fits may then run in threads); the programs, in stage order."""
+        return [ev.batched.program() for ev in
+                (self._staged.evaluators if self._staged is not None else (self,))]
 
     def _fit(self, policy: BatchPolicy, reserve: int):
         """The forest fitted under the policy's budget less ``reserve`` (a refusal names

@@ -29,7 +29,8 @@ kind the block-shifted reads can serve.
 
 Memory: each worker (thread) evaluates one tuple at a time; what the process holds at
 most is, added over the workers, the largest peak of a worker's tuples plus its running
-sums, with every tuple kind's program reserve charged per worker under a budget. The block
+sums, with every tuple kind's program reserve charged per worker under a budget (where one
+kind runs whole alone, its own program's bound, ``_own_reserve``). The block
 size is the largest whose tuple evaluations fit a worker's share of the budget whole and
 stay within :data:`TUPLE_BYTES` (past it the passes leave the cache); each evaluator still
 batches inside when even the smallest block does not fit whole.
@@ -49,6 +50,8 @@ from ..expr import Equation, check_extents
 from ..expr.index import mode_space
 from ..expr.stages import as_equations
 from ..forest.build import mode_extent
+from ..runtime.program import reserve_bound
+from ..runtime.sources import takes_ranges
 from ..units import format_bytes
 from .block_spaces import Shifted, check_inputs, group_indices, respaced
 from .evaluator import Evaluator
@@ -223,10 +226,10 @@ class SymmetricSum:
         return float("inf") if self.budget.unlimited else self.budget.fixed / n
 
     def _one_need(self) -> int:
-        """What one worker needs at blocks of one element, evaluated whole."""
+        """What one worker needs at blocks of one element, evaluated whole (one kind)."""
         m = len(self.group)
         one = self._evaluator(tuple(f"{self.space}#{k}" for k in range(m)), (1,) * m, None)
-        return one.analyze().peak_bytes + one.program_reserve() + self._results
+        return one.analyze().peak_bytes + _own_reserve(one) + self._results
 
     def _chosen_workers(self, asked: int) -> int:
         """``asked``, or fewer while each one's share of the budget would not hold blocks
@@ -272,7 +275,7 @@ class SymmetricSum:
         peak = whole.analyze().peak_bytes
         if peak > WHOLE_BYTES:
             return float("inf")
-        return peak + self._results + (0 if self.budget.unlimited else whole.program_reserve())
+        return peak + self._results + (0 if self.budget.unlimited else _own_reserve(whole))
 
     def _distinct_peak(self, block: int) -> int:
         """The unbatched peak of a tuple of distinct blocks of size ``block`` (the
@@ -327,6 +330,12 @@ class SymmetricSum:
             self._reserves = [0] * len(plain)
             return [(ev, s, ts) for ev, ((s, _), ts) in zip(plain, kinds.items())]
         reserves = [self._evaluator(s, z, None).program_reserve() for s, z in kinds]
+        if len(plain) == 1:                   # one kind: whole where its own program fits
+            own = _own_reserve(plain[0])
+            if plain[0].analyze().peak_bytes + own <= self._share() - self._results:
+                self._reserves = [own]
+                (spaces, _), tuples = next(iter(kinds.items()))
+                return [(plain[0], spaces, tuples)]
         self._reserves = reserves
         out = []
         for k, ((s, z), ts) in enumerate(kinds.items()):
@@ -349,7 +358,7 @@ class SymmetricSum:
         def least() -> float:                  # one worker: blocks of one element, or
             (spaces, sizes), = self._kinds(1)  # one block whole where that needs less
             one = self._evaluator(spaces, sizes, None).min_budget() + self._results
-            return min(one, self._whole_need())
+            return min(one, self._one_need(), self._whole_need())
         return InfeasibleBudget(
             f"budget {format_bytes(budget)} ({int(budget)} B) for the sum over ordered "
             f"tuples of {self.space} blocks: even blocks of one {self.space} index do not fit "
@@ -424,12 +433,14 @@ class SymmetricSum:
         ranges = self._ranges(self.block)
         sums: dict[str, object] = {}
         peak, flops = 0, 0.0
+        ranged = {name: callable(value) and takes_ranges(value)      # asked once, not
+                  for name, value in tensors.items()}                 # per tuple
         for k, j in part:
             ev, spaces, tuples = kinds[k]
             t = tuples[j]
             shifts = {space: ranges[b][0] for space, b in zip(spaces, t)}
-            given = {name: Shifted(name, value, self.space, shifts, self.extents)
-                     for name, value in tensors.items()}
+            given = {name: Shifted(name, value, self.space, shifts, self.extents,
+                                   ranged[name]) for name, value in tensors.items()}
             out, meter = ev.evaluate(given, backend, return_meter=True)
             weight = orbit_size(t)
             for name in self.outputs:           # in place: no result-sized temporary
@@ -448,6 +459,14 @@ class SymmetricSum:
         return sums, peak, flops
 
 
+
+
+def _own_reserve(ev: Evaluator) -> int:
+    """The program charge of a kind evaluated whole, alone: its own unbatched programs'
+    bound (every stage's) (``reserve_bound`` without growth: that program is the one that runs). A kind
+    batched inside, or beside other kinds, is charged ``program_reserve()``, which allows
+    for growth."""
+    return sum(reserve_bound(program, growth=1.0) for program in ev.prepare())
 
 
 def _result_bytes(eq: Equation, extents: Mapping[str, int]) -> int:

@@ -29,10 +29,10 @@ from ..budget import Budget
 from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature, UsageError
 from ..units import format_bytes
 from .denominators import OrbitalDenominator
-from .triples_text import (FACTORED_FILES, SYMMETRIC_FILES, SYMMETRIC_GROUP, TRIPLES_FILES,
-                           checked_kind, factored_equations, factored_text,
-                           symmetric_equations, symmetric_text, triples_equations,
-                           triples_text)
+from .triples_text import (FACTORED_FILES, STACKED, SYMMETRIC_FILES, SYMMETRIC_GROUP,
+                           TRIPLES_FILES, checked_kind, factored_equations, factored_text,
+                           stacked_extents, symmetric_equations, symmetric_text,
+                           triples_equations, triples_text)
 
 __all__ = ["triples_text", "triples_equations", "triples_evaluator", "triples_tensors",
            "ccsd_t_energy", "TriplesResult", "TRIPLES_FILES", "FACTORED_FILES",
@@ -84,10 +84,11 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
                                  f"with one are {', '.join(SYMMETRIC_FILES)}")
     extents = dict(ints.extents)
     chosen = Budget.parse(budget)
-    if form == "symmetric" or (form is None and kind in SYMMETRIC_FILES):
+    if _symmetric(kind, form):
         if chosen.unlimited and max_memory is not None:
             chosen = Budget.megabytes(max_memory)
-        return _symmetric_sum(kind, tuple(extents.items()), chosen, _cores())
+        return _symmetric_sum(kind, tuple(stacked_extents(extents).items()), chosen,
+                              _cores())
     eqs = triples_equations(kind)
 
     def products(limit: Budget) -> Evaluator:
@@ -104,6 +105,11 @@ def triples_evaluator(ints: Any, budget: Any = None, max_memory: float | None = 
         if not cap.unlimited and ev.analyze().peak_bytes > cap.fixed:
             return products(cap)                    # over max_memory: batched within it
     return ev
+
+
+def _symmetric(kind: str, form: str | None) -> bool:
+    """Whether ``form`` (None: chosen) of the (T) energy of ``kind`` is the symmetric one."""
+    return form == "symmetric" or (form is None and kind in SYMMETRIC_FILES)
 
 
 @lru_cache(maxsize=8)
@@ -169,11 +175,14 @@ _AMPLITUDES = {
 _VIRTUALS_FIRST = {2: (1, 0), 4: (2, 3, 0, 1)}
 
 
-def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell") -> dict[str, Any]:
+def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell",
+                    form: str | None = None) -> dict[str, Any]:
     """What the (T) energy reads: the integral blocks of ``ints``, the denominator made
     from the Fock diagonal (canonical orbitals) and the amplitudes in PySCF's layouts as
     blocks: ``t1[i, a]``, ``t2[i, j, a, b]``, unrestricted ``t1 = (t1a, t1b)``, ``t2 =
-    (t2aa, t2ab, t2bb)`` with ``t2ab[i, J, a, B]`` (PySCF ``UCCSD``'s)."""
+    (t2aa, t2ab, t2bb)`` with ``t2ab[i, J, a, B]`` (PySCF ``UCCSD``'s); for the symmetric
+    ``form`` (the default of the kinds that have one), its stacked operands too
+    (:data:`~sequant_eval.chem.triples_text.STACKED`, made here, before any evaluation)."""
     blocks = _AMPLITUDES[checked_kind(kind)]
     given = (tuple(t1) + tuple(t2)) if kind == "unrestricted" else (t1, t2)
     if len(given) != len(blocks):
@@ -197,6 +206,28 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell") -> 
         if t.name.startswith("D3")}
     for name in names:
         out[name] = denominator
+    if _symmetric(kind, form) and kind in STACKED:
+        out.update(_stacked(out, STACKED[kind]))
+    return out
+
+
+def _stacked(tensors: dict[str, Any], spec: dict) -> dict[str, Any]:
+    """The stacked operands ``spec`` describes (``STACKED``), made from ``tensors``: each
+    part its tensor's block transposed and signed, the parts concatenated along ``x`` or
+    stacked as the slices of ``y``."""
+    out = {}
+    for name, (spaces, parts) in spec.items():
+        pieces = []
+        for tensor, block, subscripts, sign in parts:
+            source = tensors[tensor]
+            read = source[block] if isinstance(source, dict) else source(block)
+            piece = np.einsum(subscripts, np.asarray(read))
+            pieces.append(-piece if sign < 0 else piece)
+        if "x" in spaces:
+            value = np.concatenate(pieces, axis=spaces.index("x"))
+        else:
+            value = np.stack(pieces, axis=spaces.index("y"))
+        out[name] = {spaces: np.ascontiguousarray(value)}
     return out
 
 
@@ -209,7 +240,7 @@ def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
     (``g = <pq||rs>``) or :class:`~sequant_eval.chem.unrestricted_integrals.
     UnrestrictedIntegrals`; canonical orbitals, under ``budget`` or ``max_memory``, in
     the ``form`` asked for or chosen (:func:`triples_evaluator`)."""
-    tensors = triples_tensors(ints, t1, t2, kind)
+    tensors = triples_tensors(ints, t1, t2, kind, form)
     ev = triples_evaluator(ints, budget, max_memory, kind, form)
     report = ev.analyze()
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)

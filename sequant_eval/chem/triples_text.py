@@ -57,7 +57,8 @@ from ..expr.spin_integrate import spin_integrate
 
 __all__ = ["triples_text", "triples_equations", "TRIPLES_FILES", "FACTORED_FILES",
            "factored_text", "factored_equations", "SYMMETRIC_FILES", "SYMMETRIC_GROUP",
-           "symmetric_text", "symmetric_equations", "checked_kind"]
+           "symmetric_text", "symmetric_equations", "checked_kind", "STACKED",
+           "stacked_extents"]
 
 #: The packaged (T) energy file of each kind of reference orbitals.
 TRIPLES_FILES = {"closed-shell": "ccsd_t_cs.txt", "spin-orbital": "ccsd_t_so.txt",
@@ -314,6 +315,16 @@ _SYMMETRIC_HEADER = {"closed-shell": """\
 # them). Each product of Wd with a permuted Y, summed over the occupied labels, is not
 # symmetric in a_1, a_2, a_3, but the two 3-cycles together and the three swaps together
 # are, and so is ET's summand.
+#
+# Stacked operands: each g * t2 product of P6 w over a summed virtual (f) splits its free
+# labels as one g * t2 product over a summed occupied (m) does, so the two are one product
+# over x = f then m (extent v + o), its operands stacked along x; the two products of
+# each v likewise over y (extent 2, the g/t1 product then the t2/f one):
+#   Lw{i,x;a,b} = g{i,f;a,b} (x = f), t2{b,a;m,i} (x = m)
+#   Rw{c,x;k,j} = t2{c,f;k,j} (x = f), -g{k,j;c,m} (x = m)
+#   Lv{i,j,y;a,b} = g{i,j;a,b} (y = 0), t2{a,b;i,j} (y = 1)
+#   Rv{c,y;k} = t1{c;k} (y = 0), f{c;k} (y = 1)
+# (chem/triples.py makes them from the tensors of ccsd_t_cs.txt: STACKED).
 # Tensors and layouts as in ccsd_t_cs.txt.
 """,
     "spin-orbital": """\
@@ -331,8 +342,49 @@ _SYMMETRIC_HEADER = {"closed-shell": """\
 # antisymmetric in the virtual labels, so the summand is symmetric in them; c is made for
 # three of the six orderings of each tuple's blocks (Pv), the occupied permutations are
 # permuted reads.
+#
+# Stacked operands: c's two products split their free labels alike, so c is one product
+# over x = e then m (extent v + o), its operands stacked along x; d's two products
+# likewise over y (extent 2, the t1/g product then the f/t2 one):
+#   Lc{a,x;j,k} = t2{a,e;j,k} (x = e), -g{j,k;m,a} (x = m)
+#   Rc{x,i;b,c} = g{e,i;b,c} (x = e), t2{b,c;i,m} (x = m)
+#   Ld{a,y;i} = t1{a;i} (y = 0), f{a;i} (y = 1)
+#   Rd{j,k,y;b,c} = g{j,k;b,c} (y = 0), t2{b,c;j,k} (y = 1)
+# (chem/triples.py makes them from the tensors of ccsd_t_so.txt: STACKED).
 # Tensors and layouts as in ccsd_t_so.txt.
 """}
+
+#: The symmetric forms' stacked operands (``_SYMMETRIC_HEADER``): name → (the block's
+#: spaces, its parts in order along the stacked space ``x`` (extent o + v; a part spans
+#: one space of it) or ``y`` (one slice per part)); a part is (tensor, the block read,
+#: ``einsum`` subscripts from that block to the part, sign).
+_IAAA, _AAII, _IIAI, _IIAA = ("i", "a", "a", "a"), ("a", "a", "i", "i"), \
+    ("i", "i", "a", "i"), ("i", "i", "a", "a")
+STACKED = {
+    "closed-shell": {
+        "Lw": (("i", "x", "a", "a"), (("g", _IAAA, "ifab->ifab", 1),
+                                      ("t2", _AAII, "bami->imab", 1))),
+        "Rw": (("a", "x", "i", "i"), (("t2", _AAII, "cfkj->cfkj", 1),
+                                      ("g", _IIAI, "kjcm->cmkj", -1))),
+        "Lv": (("i", "i", "y", "a", "a"), (("g", _IIAA, "ijab->ijab", 1),
+                                           ("t2", _AAII, "abij->ijab", 1))),
+        "Rv": (("a", "y", "i"), (("t1", ("a", "i"), "ck->ck", 1),
+                                 ("f", ("a", "i"), "ck->ck", 1)))},
+    "spin-orbital": {
+        "Lc": (("a", "x", "i", "i"), (("t2", _AAII, "aejk->aejk", 1),
+                                      ("g", ("i", "i", "i", "a"), "jkma->amjk", -1))),
+        "Rc": (("x", "i", "a", "a"), (("g", ("a", "i", "a", "a"), "eibc->eibc", 1),
+                                      ("t2", _AAII, "bcim->mibc", 1))),
+        "Ld": (("a", "y", "i"), (("t1", ("a", "i"), "ai->ai", 1),
+                                 ("f", ("a", "i"), "ai->ai", 1))),
+        "Rd": (("i", "i", "y", "a", "a"), (("g", _IIAA, "jkbc->jkbc", 1),
+                                           ("t2", _AAII, "bcjk->jkbc", 1)))}}
+
+
+def stacked_extents(extents) -> dict[str, int]:
+    """``extents`` with the stacked spaces of the symmetric forms: ``x`` (the virtuals
+    then the occupied orbitals) and ``y`` (two slices)."""
+    return {**extents, "x": extents["a"] + extents["i"], "y": 2}
 
 
 def _symmetric_lines(kind: str) -> list[str]:
@@ -344,9 +396,15 @@ def _symmetric_lines(kind: str) -> list[str]:
     if kind == "spin-orbital":
         return _so_symmetric_lines(at)
     perms = list(itertools.permutations(range(3)))
-    yw = [piece for p in perms for piece in _w([_O[k] for k in p], [_V[k] for k in p], 4)]
+    yw = []
+    for p in perms:                                 # w at the joint permutation p
+        (i, j, k), (a, b, c) = [_O[n] for n in p], [_V[n] for n in p]
+        yw.append((1, f"Lw{{{i},x_1;{a},{b}}} * Rw{{{c},x_1;{k},{j}}}"))
     thirds = ((0, 1, 2), (0, 2, 1), (1, 2, 0))     # the pair (i, a) that t1 or f reads last
-    yv = [piece for p in thirds for piece in _v([_O[k] for k in p], [_V[k] for k in p])]
+    yv = []
+    for p in thirds:
+        (i, j, k), (a, b, c) = [_O[n] for n in p], [_V[n] for n in p]
+        yv.append((1, f"Lv{{{i},{j},y_1;{a},{b}}} * Rv{{{c},y_1;{k}}}"))
     return [
         f"Yw{{{base}}} = " + _signed(yw),
         f"Y{{{base}}} = " + _signed([(1, f"Yw{{{base}}}")] + yv),
@@ -361,10 +419,12 @@ def _so_symmetric_lines(at) -> list[str]:
     base = at(_O, _V)
     swaps = ((0, 1, 2), (1, 0, 2), (2, 1, 0))       # 1, P(x_1,x_2), P(x_1,x_3)
     signs = (1, -1, -1)
-    pv_c = [(sg * c, t) for p, sg in zip(swaps, signs)
-            for c, t in _so_c(_O, [_V[k] for k in p], 4)]
-    pv_d = [(sg * c, t) for p, sg in zip(swaps, signs)
-            for c, t in _so_d(_O, [_V[k] for k in p])]
+    i, j, k = _O
+    pv_c, pv_d = [], []
+    for p, sg in zip(swaps, signs):                 # c and d at the virtual permutation p
+        a, b, c = (_V[n] for n in p)
+        pv_c.append((sg, f"Lc{{{a},x_1;{j},{k}}} * Rc{{x_1,{i};{b},{c}}}"))
+        pv_d.append((sg, f"Ld{{{a},y_1;{i}}} * Rd{{{j},{k},y_1;{b},{c}}}"))
 
     def p_occ(name: str) -> str:
         return _signed([(sg, f"{name}{{{at([_O[k] for k in p], _V)}}}")

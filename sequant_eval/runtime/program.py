@@ -116,12 +116,13 @@ PLAN_BYTES = 1792
 GROWTH = 1.5
 
 
-def reserve_bound(unbatched: "LoopProgram") -> int:
+def reserve_bound(unbatched: "LoopProgram", growth: float = GROWTH) -> int:
     """The bytes every batched program of a forest is charged, from its unbatched program:
-    ``GROWTH`` times its nodes and kernel plans (the same at every budget, so feasibility
-    stays monotone in the budget; a program that outgrows it is charged its own size)."""
-    nodes = math.ceil(GROWTH * unbatched.nodes)
-    plans = 2 * math.ceil(GROWTH * unbatched.contractions)
+    ``growth`` times its nodes and kernel plans (the same at every budget, so feasibility
+    stays monotone in the budget; a program that outgrows it is charged its own size).
+    ``growth=1`` is the charge of the unbatched program itself, where that is what runs."""
+    nodes = math.ceil(growth * unbatched.nodes)
+    plans = 2 * math.ceil(growth * unbatched.contractions)
     return PROGRAM_BYTES_FIXED + PROGRAM_BYTES_PER_NODE * nodes + PLAN_BYTES * plans
 
 

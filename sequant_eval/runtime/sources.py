@@ -50,7 +50,11 @@ def _is_arraylike(x: object) -> bool:
 
 
 def takes_ranges(fn: Callable) -> bool:
-    """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``)."""
+    """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``); a provider
+    may say so itself (a boolean attribute ``takes_ranges``: no signature inspected)."""
+    declared = getattr(fn, "takes_ranges", None)
+    if isinstance(declared, bool):
+        return declared
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
