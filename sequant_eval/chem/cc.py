@@ -311,6 +311,11 @@ class CoupledCluster:
         """What the residual reads besides the amplitudes."""
         return self.integrals.tensors()
 
+    def pairs(self):
+        """The residual's ladder over packed pairs of virtuals
+        (:class:`~sequant_eval.chem.pairs.PackedLadder`), or None (the default)."""
+        return None
+
     def amplitude_tensors(self, t: dict[str, Any], session: Any = None) -> dict[str, Any]:
         """The amplitudes as the residual reads them (block ``a..a i..i``)."""
         return {k: {("a",) * (np.ndim(v) // 2) + ("i",) * (np.ndim(v) // 2): v}
@@ -345,9 +350,11 @@ class CoupledCluster:
         """The compiled residual (planned under the budget on first use)."""
         if self._program is None:
             ints = self.integrals
-            plain = self.plain_equations()
-            factored = None if self.out_of_core else self.factored_equations(plain, ints.extents)
-            self._program = ResidualProgram(plain, factored, ints.extents, self._limit(ints),
+            plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
+            if pairs is not None:                 # the ladder over packed pairs
+                plain, extents = pairs.equations(plain), pairs.extents(extents)
+            factored = None if self.out_of_core else self.factored_equations(plain, extents)
+            self._program = ResidualProgram(plain, factored, extents, self._limit(ints),
                                             self.intermediates)
         return self._program
 
@@ -393,14 +400,21 @@ class CoupledCluster:
         (None when the energy cannot be had alone; the solver then tests the residual),
         reading the same integral blocks."""
         program, base = self.program(), self.base_tensors()
-        backend = self.backend
+        backend, pairs = self.backend, self.pairs()
+        if pairs is not None:
+            base = dict(base, **pairs.base_tensors())
 
         def residual(t):
             tensors = dict(base, **self.amplitude_tensors(t, session))
+            if pairs is not None:
+                tensors.update(pairs.amplitude_tensors(t))
             out, meter = program.evaluate(tensors, backend)
             if meters is not None:
                 meters.append(meter)
-            return float(out["E"]), {k: np.asarray(out["R" + k[1:]]) for k in t}
+            r = {k: np.asarray(out["R" + k[1:]]) for k in t}
+            if pairs is not None:
+                pairs.unpack(r["t2"], out.pop("L"))
+            return float(out["E"]), r
 
         def energy(t):
             return program.energy(dict(base, **self.amplitude_tensors(t, session)), backend)

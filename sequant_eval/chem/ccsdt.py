@@ -25,6 +25,8 @@ class CCSDT(GCCSD):
     """
 
     triples = None                     # (T) is a correction to CCSD, not CCSDT
+    packed_pairs = False               # its R2 ladder is written with antisymmetrizers
+    _OPTIONS = GCCSD._OPTIONS - {"packed_pairs"}
 
     method = "CCSDT"
     amplitudes = ("t1", "t2", "t3")

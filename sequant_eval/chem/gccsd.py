@@ -16,6 +16,7 @@ from ..api import Evaluator
 from ..errors import UnsupportedFeature
 from .cc import CoupledCluster
 from .equations import ccsd_equations
+from .pairs import PackedLadder
 
 __all__ = ["GCCSD", "residual_function"]
 
@@ -31,10 +32,24 @@ class GCCSD(CoupledCluster):
     spin_orbital = True
     label, orbital_kind = "spin-orbital", "spin-orbitals"
     triples = "spin-orbital"
+    #: Whether the particle–particle ladder runs over packed pairs of virtuals (a < b,
+    #: c < d: a quarter of its multiply-adds; :mod:`~sequant_eval.chem.pairs`), in memory.
+    packed_pairs = True
+
+    _OPTIONS = CoupledCluster._OPTIONS | {"packed_pairs"}
 
     def plain_equations(self):
         """``data/ccsd_so.txt``."""
         return ccsd_equations()
+
+    def pairs(self):
+        """The packed ladder (in memory with ``packed_pairs``), made once per integrals."""
+        if not self.packed_pairs or self.out_of_core:
+            return None
+        made = getattr(self, "_pairs", None)
+        if made is None or made.ints is not self.integrals:
+            self._pairs = made = PackedLadder(self.integrals)
+        return made
 
     def mean_field_integrals(self):
         from .spin_orbital import spin_orbital_integrals
