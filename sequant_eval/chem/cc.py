@@ -313,7 +313,7 @@ class CoupledCluster:
 
     def pairs(self):
         """The residual's ladder over packed pairs of virtuals
-        (:class:`~sequant_eval.chem.pairs.PackedLadder`), or None (the default)."""
+        (:class:`~sequant_eval.chem.pairs.Ladder`), or None (the default)."""
         return None
 
     def amplitude_tensors(self, t: dict[str, Any], session: Any = None) -> dict[str, Any]:
@@ -413,7 +413,7 @@ class CoupledCluster:
                 meters.append(meter)
             r = {k: np.asarray(out["R" + k[1:]]) for k in t}
             if pairs is not None:
-                pairs.unpack(r["t2"], out.pop("L"))
+                pairs.unpack(r["t2"], out)
             return float(out["E"]), r
 
         def energy(t):

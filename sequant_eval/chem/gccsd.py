@@ -16,7 +16,7 @@ from ..api import Evaluator
 from ..errors import UnsupportedFeature
 from .cc import CoupledCluster
 from .equations import ccsd_equations
-from .pairs import PackedLadder
+from .pairs import SpinOrbitalLadder
 
 __all__ = ["GCCSD", "residual_function"]
 
@@ -48,7 +48,7 @@ class GCCSD(CoupledCluster):
             return None
         made = getattr(self, "_pairs", None)
         if made is None or made.ints is not self.integrals:
-            self._pairs = made = PackedLadder(self.integrals)
+            self._pairs = made = SpinOrbitalLadder(self.integrals)
         return made
 
     def mean_field_integrals(self):

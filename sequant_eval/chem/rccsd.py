@@ -24,6 +24,7 @@ from ..expr.factor import factor_common
 from .cc import CoupledCluster
 from .closed_shell import ClosedShellIntegrals
 from .equations import closed_shell_folded_equations
+from .pairs import ClosedShellLadder
 from .storage import _exchange
 
 __all__ = ["RCCSD", "EXCHANGE_FOLDS", "CLOSED_SHELL_SYMMETRIES", "FACTOR_FROM"]
@@ -57,6 +58,11 @@ class RCCSD(CoupledCluster):
     disk_tensors = ("g", "L")
     exchange = True
     triples = "closed-shell"
+    #: Whether the particle–particle ladder runs over packed pairs of virtuals (a ≤ b and
+    #: a < b: half its multiply-adds; :mod:`~sequant_eval.chem.pairs`), in memory.
+    packed_pairs = True
+
+    _OPTIONS = CoupledCluster._OPTIONS | {"packed_pairs"}
 
     def plain_equations(self):
         """``data/ccsd_cs.txt``, exchange-folded (packaged as ``data/ccsd_cs_folded.txt``:
@@ -77,6 +83,15 @@ class RCCSD(CoupledCluster):
 
     def mean_field_integrals(self):
         return ClosedShellIntegrals.from_scf(self.mf, self.frozen)
+
+    def pairs(self):
+        """The packed ladder (in memory with ``packed_pairs``), made once per integrals."""
+        if not self.packed_pairs or self.out_of_core:
+            return None
+        made = getattr(self, "_pairs", None)
+        if made is None or made.ints is not self.integrals:
+            self._pairs = made = ClosedShellLadder(self.integrals)
+        return made
 
     def base_tensors(self) -> dict[str, Any]:
         """The integral blocks; in memory every block the equations read is transformed

@@ -132,18 +132,20 @@ def test_storage_is_a_strategy(water, tmp_path):
 def test_max_memory_batches_a_residual_that_does_not_fit():
     """Without a budget, a residual whose unbatched peak exceeds ``max_memory`` (MB) runs
     batched within it, to the same energy (oracle: the unbatched run, 1e-10; water/cc-pVDZ,
-    one frozen: on 6-31G the program's own reserve is larger than the arrays); a budget
+    one frozen, the ladder unpacked: on 6-31G, or with the packed ladder's smaller
+    intermediates, the program's own reserve is larger than the arrays); a budget
     overrides it."""
     mf = _rhf("cc-pvdz")
-    free = CCSD(mf, frozen=1, **TIGHT).run()
+    plain = dict(frozen=1, packed_pairs=False)
+    free = CCSD(mf, **plain, **TIGHT).run()
     top = free.report.peak_bytes
     assert not free.report.loops and free.max_memory == mf.max_memory
-    small = CCSD(mf, frozen=1, max_memory=0.9 * top / 1e6, **TIGHT).run()
+    small = CCSD(mf, **plain, max_memory=0.9 * top / 1e6, **TIGHT).run()
     assert small.report.loops and small.meter.peak_bytes <= 0.9 * top
     assert small.program().budget_bytes == pytest.approx(0.9 * top)
     assert abs(small.e_corr - free.e_corr) < 1e-10
     assert small.to_dict()["max_memory_mb"] == pytest.approx(0.9 * top / 1e6)
-    over = CCSD(mf, frozen=1, max_memory=0.9 * top / 1e6, budget=2 * top)
+    over = CCSD(mf, **plain, max_memory=0.9 * top / 1e6, budget=2 * top)
     assert not over.evaluator().analyze().loops
 
 
