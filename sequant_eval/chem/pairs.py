@@ -96,12 +96,18 @@ class Ladder:
         v = self.nvir
         return {**extents, PAIRS: v * (v - 1) // 2, PAIRS_WITH_DIAGONAL: v * (v + 1) // 2}
 
-    def _packed(self, sign: int, diagonal: bool) -> np.ndarray:
-        """``g{a,b;c,d} + sign·g{a,b;d,c}`` (``sign`` 0: ``g`` alone) over the pairs
-        ``a < b``, ``c < d`` (``diagonal``: ``a ≤ b``, ``c ≤ d``, at ``c = d`` ``g`` once),
-        row ``a`` by row; read-only."""
+    def _vvvv(self) -> np.ndarray:
+        """The ``g`` block over four virtuals, made afresh where the integrals can
+        (``block_rows``: nothing cached, so it is freed once packed), else read."""
+        if hasattr(self.ints, "block_rows"):
+            return self.ints.block_rows("g", ("a",) * 4, 0, self.nvir)
+        return self.ints.eri(("a",) * 4)
+
+    def _packed(self, full: np.ndarray, sign: int, diagonal: bool) -> np.ndarray:
+        """``g{a,b;c,d} + sign·g{a,b;d,c}`` (``sign`` 0: ``g`` alone) of ``full`` (the
+        ``vvvv`` block) over the pairs ``a < b``, ``c < d`` (``diagonal``: ``a ≤ b``,
+        ``c ≤ d``, at ``c = d`` ``g`` once), row ``a`` by row; read-only."""
         v, k = self.nvir, 0 if diagonal else 1
-        full = self.ints.eri(("a",) * 4)
         rows, cols = np.triu_indices(v, k)
         flat = rows * v + cols
         n = len(rows)
@@ -110,7 +116,8 @@ class Ladder:
             part = full[a, a + k:]
             if sign:
                 part = part + sign * part.transpose(0, 2, 1)
-            np.take(part.reshape(v - a - k, v * v), flat, axis=1, out=out[self.rows(a, diagonal)])
+            np.take(part.reshape(v - a - k, v * v), flat, axis=1,
+                    out=out[self.rows(a, diagonal)])
         if diagonal and sign:
             out[:, self._from[:v]] *= 0.5            # c = d: g{a,b;c,c} once, not twice
         out.setflags(write=False)
@@ -139,7 +146,7 @@ class SpinOrbitalLadder(Ladder):
     @cached_property
     def integrals(self) -> np.ndarray:
         """``gP[p, q] = <ab||cd>`` for ``p = (a < b)``, ``q = (c < d)``."""
-        return self._packed(0, diagonal=False)
+        return self._packed(self._vvvv(), 0, diagonal=False)
 
     def base_tensors(self) -> dict[str, Any]:
         return {"gP": {(PAIRS, PAIRS): self.integrals}}
@@ -177,7 +184,8 @@ class ClosedShellLadder(Ladder):
     @cached_property
     def integrals(self) -> tuple[np.ndarray, np.ndarray]:
         """``(g+, g−)`` over ``a ≤ b, c ≤ d`` and ``a < b, c < d``."""
-        return self._packed(1, diagonal=True), self._packed(-1, diagonal=False)
+        full = self._vvvv()
+        return self._packed(full, 1, diagonal=True), self._packed(full, -1, diagonal=False)
 
     def base_tensors(self) -> dict[str, Any]:
         plus, minus = self.integrals

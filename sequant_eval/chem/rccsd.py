@@ -96,12 +96,15 @@ class RCCSD(CoupledCluster):
     def base_tensors(self) -> dict[str, Any]:
         """The integral blocks; in memory every block the equations read is transformed
         first, in one go (:meth:`ClosedShellIntegrals.prefetch`; the intermediates read
-        the same blocks, and one they did not would be transformed when first read)."""
+        the same blocks, and one they did not would be transformed when first read). With
+        the packed ladder the ``vvvv`` block is not among them: it is made for the packing
+        and freed (``chem/pairs.py``)."""
         ints = self.integrals
         if not self.out_of_core and not getattr(ints, "prefetched", False):
             from .on_disk import integral_blocks
 
-            ints.prefetch(integral_blocks(self.plain_equations(), ints.extents, ("g", "L")))
+            program = self.program()
+            ints.prefetch(integral_blocks(program.plain, program.extents, ("g", "L")))
             ints.prefetched = True
         return ints.tensors()
 
