@@ -153,6 +153,11 @@ class ClosedShellIntegrals(FockBlocks):
             out -= exch
         return out
 
+    def take_block(self, tensor: str, spaces: tuple[str, ...]):
+        """Block ``spaces`` of ``g`` handed over and dropped from the cache where it is
+        cached (the packed ladder's ``vvvv`` block, made by :meth:`prefetch`), else None."""
+        return self._g.pop(self._check(tensor, spaces, 4), None) if tensor == "g" else None
+
     def prefetch(self, blocks) -> None:
         """Transform the ``(tensor, spaces)`` blocks of ``g`` and ``L`` in one go: one
         four-index transform of all active orbitals (4-fold packed), each block cut from

@@ -97,8 +97,14 @@ class Ladder:
         return {**extents, PAIRS: v * (v - 1) // 2, PAIRS_WITH_DIAGONAL: v * (v + 1) // 2}
 
     def _vvvv(self) -> np.ndarray:
-        """The ``g`` block over four virtuals, made afresh where the integrals can
-        (``block_rows``: nothing cached, so it is freed once packed), else read."""
+        """The ``g`` block over four virtuals, taken out of the integrals' cache where it
+        is there (``take_block``), else made afresh where the integrals can
+        (``block_rows``): either way not kept by them, so it is freed once packed; else
+        read."""
+        take = getattr(self.ints, "take_block", None)
+        block = take("g", ("a",) * 4) if take is not None else None
+        if block is not None:
+            return block
         if hasattr(self.ints, "block_rows"):
             return self.ints.block_rows("g", ("a",) * 4, 0, self.nvir)
         return self.ints.eri(("a",) * 4)

@@ -97,14 +97,17 @@ class RCCSD(CoupledCluster):
         """The integral blocks; in memory every block the equations read is transformed
         first, in one go (:meth:`ClosedShellIntegrals.prefetch`; the intermediates read
         the same blocks, and one they did not would be transformed when first read). With
-        the packed ladder the ``vvvv`` block is not among them: it is made for the packing
-        and freed (``chem/pairs.py``)."""
+        the packed ladder the ``vvvv`` block is made with them and handed to the packing,
+        which frees it (``chem/pairs.py``)."""
         ints = self.integrals
         if not self.out_of_core and not getattr(ints, "prefetched", False):
             from .on_disk import integral_blocks
 
             program = self.program()
-            ints.prefetch(integral_blocks(program.plain, program.extents, ("g", "L")))
+            blocks = integral_blocks(program.plain, program.extents, ("g", "L"))
+            if self.pairs() is not None:            # made in the same transform, then
+                blocks += (("g", ("a",) * 4),)      # handed to the packing (take_block)
+            ints.prefetch(blocks)
             ints.prefetched = True
         return ints.tensors()
 
