@@ -148,6 +148,10 @@ class CoupledCluster:
         The evaluator's backend, ``"numpy"``.
     callback
         ``callback(record, seconds, peak_bytes)`` after every iteration.
+    packed_pairs
+        Of the methods with a packed ladder (``RCCSD``, ``GCCSD``; :mod:`~sequant_eval.
+        chem.pairs`): run the particle–particle ladder over packed pairs of virtuals in
+        memory (the default), or as the equations write it (``False``).
     """
 
     #: The method's name in summaries, logs and JSON.
@@ -167,6 +171,11 @@ class CoupledCluster:
     #: The amplitude blocks when they are not ``t1``, ``t2`` over ``i``/``a``
     #: (:class:`~sequant_eval.chem.solver.AmplitudeLayout`; the unrestricted method's).
     layout = None
+    #: The method's ladder over packed pairs of virtuals (a :class:`~sequant_eval.chem.
+    #: pairs.Ladder` subclass; None: the ladder runs as the equations write it), used
+    #: while ``packed_pairs`` (an option of the methods that have one).
+    ladder = None
+    packed_pairs = False
 
     conv_tol = 1e-7
     conv_tol_normt = 1e-5
@@ -312,9 +321,15 @@ class CoupledCluster:
         return self.integrals.tensors()
 
     def pairs(self):
-        """The residual's ladder over packed pairs of virtuals
-        (:class:`~sequant_eval.chem.pairs.Ladder`), or None (the default)."""
-        return None
+        """The residual's ladder over packed pairs of virtuals (an instance of the
+        method's ``ladder``, made once per integrals), in memory with ``packed_pairs``;
+        else None."""
+        if self.ladder is None or not self.packed_pairs or self.out_of_core:
+            return None
+        made = getattr(self, "_pairs", None)
+        if made is None or made.ints is not self.integrals:
+            self._pairs = made = self.ladder(self.integrals)
+        return made
 
     def amplitude_tensors(self, t: dict[str, Any], session: Any = None) -> dict[str, Any]:
         """The amplitudes as the residual reads them (block ``a..a i..i``)."""

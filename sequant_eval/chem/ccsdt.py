@@ -25,7 +25,8 @@ class CCSDT(GCCSD):
     """
 
     triples = None                     # (T) is a correction to CCSD, not CCSDT
-    packed_pairs = False               # its R2 ladder is written with antisymmetrizers
+    ladder = None                      # its R2 ladder is written with antisymmetrizers
+    packed_pairs = False
     _OPTIONS = GCCSD._OPTIONS - {"packed_pairs"}
 
     method = "CCSDT"

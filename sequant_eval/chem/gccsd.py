@@ -23,7 +23,8 @@ __all__ = ["GCCSD", "residual_function"]
 
 class GCCSD(CoupledCluster):
     """Spin-orbital CCSD (PySCF's ``GCCSD``) on any converged SCF (RHF, UHF, ROHF, GHF);
-    the options are :class:`~sequant_eval.chem.cc.CoupledCluster`'s. ``frozen`` is
+    the options are :class:`~sequant_eval.chem.cc.CoupledCluster`'s, ``packed_pairs``
+    included. ``frozen`` is
     PySCF's: spatial orbitals per spin for an RHF, UHF or ROHF (``frozen=N`` freezes the N
     lowest orbitals of each spin, as ``pyscf.cc.UCCSD(frozen=N)``; a list of spatial
     indices, or ``[alpha, beta]`` lists), spin orbitals for a GHF (as ``GCCSD``)."""
@@ -35,21 +36,13 @@ class GCCSD(CoupledCluster):
     #: Whether the particle–particle ladder runs over packed pairs of virtuals (a < b,
     #: c < d: a quarter of its multiply-adds; :mod:`~sequant_eval.chem.pairs`), in memory.
     packed_pairs = True
+    ladder = SpinOrbitalLadder
 
     _OPTIONS = CoupledCluster._OPTIONS | {"packed_pairs"}
 
     def plain_equations(self):
         """``data/ccsd_so.txt``."""
         return ccsd_equations()
-
-    def pairs(self):
-        """The packed ladder (in memory with ``packed_pairs``), made once per integrals."""
-        if not self.packed_pairs or self.out_of_core:
-            return None
-        made = getattr(self, "_pairs", None)
-        if made is None or made.ints is not self.integrals:
-            self._pairs = made = SpinOrbitalLadder(self.integrals)
-        return made
 
     def mean_field_integrals(self):
         from .spin_orbital import spin_orbital_integrals

@@ -61,6 +61,7 @@ class RCCSD(CoupledCluster):
     #: Whether the particle–particle ladder runs over packed pairs of virtuals (a ≤ b and
     #: a < b: half its multiply-adds; :mod:`~sequant_eval.chem.pairs`), in memory.
     packed_pairs = True
+    ladder = ClosedShellLadder
 
     _OPTIONS = CoupledCluster._OPTIONS | {"packed_pairs"}
 
@@ -83,15 +84,6 @@ class RCCSD(CoupledCluster):
 
     def mean_field_integrals(self):
         return ClosedShellIntegrals.from_scf(self.mf, self.frozen)
-
-    def pairs(self):
-        """The packed ladder (in memory with ``packed_pairs``), made once per integrals."""
-        if not self.packed_pairs or self.out_of_core:
-            return None
-        made = getattr(self, "_pairs", None)
-        if made is None or made.ints is not self.integrals:
-            self._pairs = made = ClosedShellLadder(self.integrals)
-        return made
 
     def base_tensors(self) -> dict[str, Any]:
         """The integral blocks; in memory every block the equations read is transformed
