@@ -462,10 +462,10 @@ class SymmetricSum:
 
 
 def _own_reserve(ev: Evaluator) -> int:
-    """The program charge of a kind evaluated whole, alone: its own unbatched programs'
-    bound (every stage's) (``reserve_bound`` without growth: that program is the one that runs). A kind
-    batched inside, or beside other kinds, is charged ``program_reserve()``, which allows
-    for growth."""
+    """The program charge of a kind evaluated whole, alone: the bound of its own unbatched
+    programs, every stage's (``reserve_bound`` without growth: those are the programs that
+    run). A kind batched inside, or beside other kinds, is charged ``program_reserve()``,
+    which allows for growth."""
     return sum(reserve_bound(program, growth=1.0) for program in ev.prepare())
 
 

@@ -324,7 +324,8 @@ _SYMMETRIC_HEADER = {"closed-shell": """\
 #   Rw{c,x;k,j} = t2{c,f;k,j} (x = f), -g{k,j;c,m} (x = m)
 #   Lv{i,j,y;a,b} = g{i,j;a,b} (y = 0), t2{a,b;i,j} (y = 1)
 #   Rv{c,y;k} = t1{c;k} (y = 0), f{c;k} (y = 1)
-# (chem/triples.py makes them from the tensors of ccsd_t_cs.txt: STACKED).
+# (chem/triples.py makes them from the tensors of ccsd_t_cs.txt, as
+# chem/triples_text.py's STACKED describes them).
 # Tensors and layouts as in ccsd_t_cs.txt.
 """,
     "spin-orbital": """\
@@ -350,7 +351,8 @@ _SYMMETRIC_HEADER = {"closed-shell": """\
 #   Rc{x,i;b,c} = g{e,i;b,c} (x = e), t2{b,c;i,m} (x = m)
 #   Ld{a,y;i} = t1{a;i} (y = 0), f{a;i} (y = 1)
 #   Rd{j,k,y;b,c} = g{j,k;b,c} (y = 0), t2{b,c;j,k} (y = 1)
-# (chem/triples.py makes them from the tensors of ccsd_t_so.txt: STACKED).
+# (chem/triples.py makes them from the tensors of ccsd_t_so.txt, as
+# chem/triples_text.py's STACKED describes them).
 # Tensors and layouts as in ccsd_t_so.txt.
 """}
 

@@ -245,8 +245,8 @@ def test_the_stacked_operands_are_the_blocks_the_headers_name():
 
 
 def test_symmetric_triples_in_small_blocks_are_exact_and_within_budget():
-    """H2O/cc-pVDZ under 8 MB (the one-block evaluation peaks at 36 MB; 1.2 of one o³v³
-    array): small blocks, E(T) the unbudgeted one to 1e-12 relative and PySCF's to 1e-9
+    """H2O/cc-pVDZ under 8 MB (1.2 of one o³v³ array; the one-block evaluation peaks at
+    34 MB): small blocks, E(T) the unbudgeted one to 1e-12 relative and PySCF's to 1e-9
     Eh, metered = predicted <= budget, and what the process allocates (tracemalloc)
     within the budget in a first evaluation (programs built) and within 5 % of the
     prediction in the next."""
