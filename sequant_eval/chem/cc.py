@@ -324,7 +324,8 @@ class CoupledCluster:
         """The residual's ladder over packed pairs of virtuals (an instance of the
         method's ``ladder``, made once per integrals), in memory with ``packed_pairs``;
         else None."""
-        if self.ladder is None or not self.packed_pairs or self.out_of_core:
+        if (self.ladder is None or not self.packed_pairs or self.out_of_core
+                or not self.ladder.applies(self.integrals)):
             return None
         made = getattr(self, "_pairs", None)
         if made is None or made.ints is not self.integrals:

@@ -82,6 +82,12 @@ class Ladder:
         self._after = np.concatenate([[0], np.cumsum(np.arange(v - 1, 0, -1))])   # a < b
         self._from = np.concatenate([[0], np.cumsum(np.arange(v, 0, -1))])        # a ≤ b
 
+    @staticmethod
+    def applies(ints: Any) -> bool:
+        """Whether there are pairs ``a < b`` to pack (two virtuals or more; with one the
+        ladder runs as the equations write it)."""
+        return int(ints.extents["a"]) >= 2
+
     def rows(self, a: int, diagonal: bool = False) -> slice:
         """The pairs ``(a, b > a)`` (or ``b ≥ a``), contiguous in the packed order."""
         start = int((self._from if diagonal else self._after)[a])

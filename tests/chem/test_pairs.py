@@ -153,3 +153,19 @@ def test_equations_without_the_ladder_are_refused():
     other = parse("R2{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2}")
     with pytest.raises(se.UnsupportedFeature, match="without packed pairs"):
         packed_ladder_equations(other, SpinOrbitalLadder.ladder, SpinOrbitalLadder.packed)
+
+
+def test_one_virtual_orbital_runs_the_ladder_unpacked():
+    """H2/STO-3G has one virtual spatial orbital: no pair a < b to pack, so the closed
+    shell runs the ladder as written (it raised UnknownSpace for a zero-extent pair space),
+    and both kinds give PySCF's energy."""
+    from pyscf import cc
+    mol = gto.M(atom="H 0 0 0; H 0 0 0.74", basis="sto-3g", verbose=0)
+    mf = scf.RHF(mol).run(conv_tol=1e-12)
+    ref = cc.CCSD(mf).set(conv_tol=1e-10).run()
+    closed = CCSD(mf, conv_tol=1e-10)
+    assert closed.pairs() is None
+    assert abs(closed.run().e_corr - ref.e_corr) < 1e-8
+    spin = CCSD(mf, spin_orbital=True, conv_tol=1e-10)
+    assert spin.pairs() is not None                       # two virtual spin orbitals
+    assert abs(spin.run().e_corr - ref.e_corr) < 1e-8
