@@ -32,7 +32,7 @@ from ..errors import (ClosedError, InputTypeError, OptionError, SequantEvalError
 from ..units import format_bytes
 from .program import MemoryLimit, ResidualProgram, infeasible_iteration
 from .solve import Solve
-from .solver import CCResult, IterationRecord, swap_halves
+from .solver import CCResult, IterationRecord, from_pyscf, swap_halves
 from .storage import InMemory, OnDisk
 from .summary import summary_dict, summary_text
 
@@ -443,15 +443,17 @@ class CoupledCluster:
         if len(amplitudes) != len(self.amplitudes):
             raise InputTypeError(f"{self.method} residual takes {', '.join(self.amplitudes)}; "
                                  f"got {len(amplitudes)} arrays")
-        # out of core the solve works in the integral file's orbitals (their signs may
-        # differ from the run's: IntegralFile.flip); in memory `flip` is a copy
+        # out of core the solve is in the integral file's orbitals (signs may differ)
         spaces = {} if self.layout is None else self.layout.spaces
         flip = getattr(self.integrals, "flip", None)
 
         def flipped(x, name):
             return np.array(x) if flip is None else flip(x, spaces.get(name))
 
-        t = {k: np.ascontiguousarray(flipped(swap_halves(x), k))
+        ext = self.integrals.extents
+        shapes = self.layout.shapes(ext) if self.layout is not None else {
+            k: (ext["a"],) * int(k[1]) + (ext["i"],) * int(k[1]) for k in self.amplitudes}
+        t = {k: np.ascontiguousarray(flipped(from_pyscf(k, x, shapes[k]), k))
              for k, x in zip(self.amplitudes, amplitudes)}
         e, r = self.residual_function()(t)
         return (e, *(swap_halves(flipped(r[k], k)) for k in self.amplitudes))

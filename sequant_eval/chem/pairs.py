@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedFeature
+from ..errors import ShapeMismatch, UnsupportedFeature
 from ..expr import Equation, parse
 
 __all__ = ["PAIRS", "PAIRS_WITH_DIAGONAL", "Ladder", "SpinOrbitalLadder",
@@ -101,6 +101,20 @@ class Ladder:
         """``extents`` with the pair spaces."""
         v = self.nvir
         return {**extents, PAIRS: v * (v - 1) // 2, PAIRS_WITH_DIAGONAL: v * (v + 1) // 2}
+
+    def _amplitudes(self, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, type]:
+        """``t1[a, i]``, ``t2[a, b, i, j]`` of ``t``, checked against the integrals'
+        extents before anything is packed (as the evaluator checks every block it reads),
+        and the packed arrays' element type."""
+        t1, t2 = np.asarray(t["t1"]), np.asarray(t["t2"])
+        v, o = self.nvir, int(self.ints.extents["i"])
+        for name, x, spaces, want in (("t1", t1, ("a", "i"), (v, o)),
+                                      ("t2", t2, ("a", "a", "i", "i"), (v, v, o, o))):
+            if x.shape != want:
+                raise ShapeMismatch(f"block {spaces} of tensor {name!r} must have shape "
+                                    f"{want}, got {x.shape} (the ladder over packed pairs "
+                                    f"reads it)")
+        return t1, t2, np.result_type(t1, t2, np.float64)
 
     def _vvvv(self) -> np.ndarray:
         """The ``g`` block over four virtuals, taken out of the integrals' cache where it
@@ -165,9 +179,9 @@ class SpinOrbitalLadder(Ladder):
 
     def amplitude_tensors(self, t: dict[str, np.ndarray]) -> dict[str, Any]:
         """``tauP[p, i, j] = τ_ij^ab`` for ``p = (a < b)``, made row ``a`` by row."""
-        t1, t2 = t["t1"], t["t2"]
+        t1, t2, dtype = self._amplitudes(t)
         o = t1.shape[1]
-        tau = np.empty((self.extents({})[PAIRS], o, o))
+        tau = np.empty((self.extents({})[PAIRS], o, o), dtype)
         for a in range(self.nvir - 1):
             at = tau[self.rows(a)]
             np.copyto(at, t2[a, a + 1:])
@@ -205,11 +219,11 @@ class ClosedShellLadder(Ladder):
 
     def amplitude_tensors(self, t: dict[str, np.ndarray]) -> dict[str, Any]:
         """``τ±`` over ``c ≤ d`` and ``c < d``, ``τ = t2 + t1 t1``, row ``c`` by row."""
-        t1, t2 = t["t1"], t["t2"]
+        t1, t2, dtype = self._amplitudes(t)
         o = t1.shape[1]
         sizes = self.extents({})
-        plus = np.empty((sizes[PAIRS_WITH_DIAGONAL], o, o))
-        minus = np.empty((sizes[PAIRS], o, o))
+        plus = np.empty((sizes[PAIRS_WITH_DIAGONAL], o, o), dtype)
+        minus = np.empty((sizes[PAIRS], o, o), dtype)
         for c in range(self.nvir):
             right = t2[c, c:] + t1[c][None, :, None] * t1[c:, None, :]      # τ{c,d≥c}
             left = t2[c:, c] + t1[c:, :, None] * t1[c][None, None, :]       # τ{d≥c,c}

@@ -30,11 +30,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from sequant_eval.errors import MissingTensor, ShapeMismatch
+from sequant_eval.errors import InputTypeError, MissingTensor, ShapeMismatch
 
 from .diis import DIIS, HDF5DIIS, pulay_coefficients, slabs  # noqa: F401  (re-exported)
 
 __all__ = [
+    "from_pyscf",
     "IterationRecord",
     "CCResult",
     "SolverOptions",
@@ -430,6 +431,25 @@ class AmplitudeLayout:
             else:
                 out[key] = np.zeros(shape)
         return out
+
+
+def from_pyscf(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Amplitude ``name`` given in PySCF's layout (occupied slots first), checked — a real
+    numeric array whose solver-layout shape is ``shape`` — and returned in the solver's
+    layout (:func:`swap_halves`); anything else is refused with a typed error."""
+    if x is None or isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
+        raise InputTypeError(f"amplitude {name} must be an array, got {type(x).__name__}")
+    a = np.asarray(x)
+    if a.dtype.kind not in "iuf":
+        why = ("the reference's orbitals are real: give real amplitudes"
+               if a.dtype.kind == "c" else "give integer or floating-point numbers")
+        raise InputTypeError(f"amplitude {name} has elements of type {a.dtype}; {why}")
+    n = len(shape) // 2
+    want = tuple(shape[n:]) + tuple(shape[:n])
+    if a.shape != want:
+        raise ShapeMismatch(f"amplitude {name} must have shape {want} (PySCF's layout, "
+                            f"occupied slots first), got {a.shape}")
+    return swap_halves(a)
 
 
 def swap_halves(x: np.ndarray) -> np.ndarray:

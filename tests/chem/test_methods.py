@@ -14,7 +14,7 @@ from pyscf import cc, gto, scf  # noqa: E402
 
 import sequant_eval.chem as sc  # noqa: E402
 from sequant_eval.chem import CCSD, CCSDT, GCCSD, RCCSD, UCCSD, InMemory, OnDisk  # noqa: E402
-from sequant_eval.errors import InputTypeError, UnsupportedFeature  # noqa: E402
+from sequant_eval.errors import InputTypeError, ShapeMismatch, UnsupportedFeature  # noqa: E402
 
 from tests.chem.references import TIGHT, rhf as _rhf  # noqa: E402
 
@@ -166,3 +166,25 @@ def test_se_chem_without_importing_it():
                          check=True).stdout
     assert out.split() == ["CCSD", "sequant_eval.chem.rccsd"]
     assert sc.CCSD is CCSD
+
+
+@pytest.mark.parametrize("bad, error", [
+    (None, InputTypeError), ("t2", InputTypeError), (3.0, InputTypeError),
+    ("3-d", ShapeMismatch), ("wrong shape", ShapeMismatch), ("complex", InputTypeError),
+    ("bool", InputTypeError), ("object", InputTypeError)])
+@pytest.mark.parametrize("spin_orbital", [False, True], ids=["closed-shell", "spin-orbital"])
+def test_residual_refuses_bad_amplitudes_with_typed_errors(bad, error, spin_orbital):
+    """``residual(t1, t2)`` checks each amplitude (a real numeric array of PySCF's shape)
+    before anything is packed or evaluated: each was a raw TypeError or ValueError from
+    deep inside (the packed ladder, ``swap_halves``, ``float(E)``)."""
+    mycc = CCSD(_rhf("sto-3g"), spin_orbital=spin_orbital)
+    o, v = mycc.integrals.extents["i"], mycc.integrals.extents["a"]
+    shape = (o, o, v, v)
+    made = {"3-d": np.zeros(shape[:3]), "wrong shape": np.zeros((o, o, v, v + 1)),
+            "complex": np.full(shape, 1j), "bool": np.zeros(shape, bool),
+            "object": np.zeros(shape, object)}
+    t2 = made[bad] if isinstance(bad, str) and bad in made else bad
+    with pytest.raises(error, match="amplitude t2"):
+        mycc.residual(np.zeros((o, v)), t2)
+    e, r1, r2 = mycc.residual(np.zeros((o, v), int), np.zeros(shape).transpose(1, 0, 3, 2))
+    assert e == 0.0 and r2.shape == shape                 # integers and views are fine
