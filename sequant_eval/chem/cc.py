@@ -149,9 +149,8 @@ class CoupledCluster:
     callback
         ``callback(record, seconds, peak_bytes)`` after every iteration.
     packed_pairs
-        Of the methods with a packed ladder (``RCCSD``, ``GCCSD``; :mod:`~sequant_eval.
-        chem.pairs`): run the particle–particle ladder over packed pairs of virtuals in
-        memory (the default), or as the equations write it (``False``).
+        ``RCCSD``, ``GCCSD``: the particle–particle ladder over packed pairs of virtuals in
+        memory (the default; :mod:`~sequant_eval.chem.pairs`), or as written (``False``).
     """
 
     #: The method's name in summaries, logs and JSON.
@@ -171,19 +170,14 @@ class CoupledCluster:
     #: The amplitude blocks when they are not ``t1``, ``t2`` over ``i``/``a``
     #: (:class:`~sequant_eval.chem.solver.AmplitudeLayout`; the unrestricted method's).
     layout = None
-    #: The method's ladder over packed pairs of virtuals (a :class:`~sequant_eval.chem.
-    #: pairs.Ladder` subclass; None: the ladder runs as the equations write it), used
-    #: while ``packed_pairs`` (an option of the methods that have one).
-    ladder = None
-    packed_pairs = False
+    #: The method's ladder over packed pairs (a ``chem.pairs.Ladder`` class; None: as
+    #: written), used while ``packed_pairs`` (an option of the methods that have one).
+    ladder, packed_pairs = None, False
 
-    conv_tol = 1e-7
-    conv_tol_normt = 1e-5
-    max_cycle = 50
-    diis_space = 6
+    conv_tol, conv_tol_normt = 1e-7, 1e-5
+    max_cycle, diis_space = 50, 6
     verbose = 0
-    chkfile = None
-    restart = False
+    chkfile, restart = None, False
     backend = "numpy"
     callback = None
     intermediates: bool | None = None
@@ -324,6 +318,8 @@ class CoupledCluster:
         """The residual's ladder over packed pairs of virtuals (an instance of the
         method's ``ladder``, made once per integrals), in memory with ``packed_pairs``;
         else None."""
+        if not isinstance(self.packed_pairs, (bool, np.bool_)):
+            raise InputTypeError(f"packed_pairs must be True or False, got {self.packed_pairs!r}")
         if (self.ladder is None or not self.packed_pairs or self.out_of_core
                 or not self.ladder.applies(self.integrals)):
             return None
@@ -363,9 +359,11 @@ class CoupledCluster:
                            self.storage.held_bytes(ints, self.layout))
 
     def program(self) -> ResidualProgram:
-        """The compiled residual (planned under the budget on first use)."""
-        if self._program is None:
-            ints = self.integrals
+        """The compiled residual (planned under the budget on first use, and again when
+        ``packed_pairs`` or ``intermediates`` has changed since)."""
+        options = (self.packed_pairs, self.intermediates)
+        if self._program is None or getattr(self, "_options", None) != options:
+            ints, self._options = self.integrals, options
             plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
             if pairs is not None:                 # the ladder over packed pairs
                 plain, extents = pairs.equations(plain), pairs.extents(extents)

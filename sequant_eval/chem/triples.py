@@ -26,7 +26,8 @@ from ..api import Evaluator
 from ..api.staged import StagedReport
 from ..api.symmetric import SymmetricReport, SymmetricSum
 from ..budget import Budget
-from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature, UsageError
+from ..errors import (InfeasibleBudget, InputTypeError, ShapeMismatch, UnsupportedFeature,
+                      UsageError)
 from ..units import format_bytes
 from .denominators import OrbitalDenominator
 from .triples_text import (FACTORED_FILES, STACKED, SYMMETRIC_FILES, SYMMETRIC_GROUP,
@@ -184,6 +185,9 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell",
     ``form`` (the default of the kinds that have one), its stacked operands too
     (:data:`~sequant_eval.chem.triples_text.STACKED`, made here, before any evaluation)."""
     blocks = _AMPLITUDES[checked_kind(kind)]
+    if kind == "unrestricted" and not all(isinstance(t, (tuple, list)) for t in (t1, t2)):
+        raise ShapeMismatch("the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, "
+                            "t2ab, t2bb), PySCF UCCSD's tuples; got arrays")
     given = (tuple(t1) + tuple(t2)) if kind == "unrestricted" else (t1, t2)
     if len(given) != len(blocks):
         raise ShapeMismatch(f"the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, "
@@ -191,6 +195,10 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell",
     out = dict(ints.tensors())
     spaces = sorted({s for _, layout in blocks for s in layout})
     for (name, layout), value in zip(blocks, given):
+        kind_of = np.asarray(value).dtype.kind
+        if kind_of not in "iuf":
+            raise InputTypeError(f"(T) needs real numeric amplitudes; {name} has elements of "
+                                 f"type {np.asarray(value).dtype}")
         shape = tuple(ints.extents[s] for s in layout)
         if np.shape(value) != shape:
             raise ShapeMismatch(f"(T) needs {name} of shape {shape} (PySCF's layout, "
