@@ -362,8 +362,8 @@ class CoupledCluster:
         """The compiled residual (planned under the budget on first use, and again when
         ``packed_pairs`` or ``intermediates`` has changed since)."""
         options = (self.packed_pairs, self.intermediates)
-        if self._program is None or getattr(self, "_options", None) != options:
-            ints, self._options = self.integrals, options
+        if self._program is None or getattr(self, "_program_options", None) != options:
+            ints, self._program_options = self.integrals, options
             plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
             if pairs is not None:                 # the ladder over packed pairs
                 plain, extents = pairs.equations(plain), pairs.extents(extents)
