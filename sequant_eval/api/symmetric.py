@@ -329,13 +329,13 @@ class SymmetricSum:
         if self.budget.unlimited:
             self._reserves = [0] * len(plain)
             return [(ev, s, ts) for ev, ((s, _), ts) in zip(plain, kinds.items())]
-        reserves = [self._evaluator(s, z, None).program_reserve() for s, z in kinds]
         if len(plain) == 1:                   # one kind: whole where its own program fits
             own = _own_reserve(plain[0])
             if plain[0].analyze().peak_bytes + own <= self._share() - self._results:
                 self._reserves = [own]
                 (spaces, _), tuples = next(iter(kinds.items()))
                 return [(plain[0], spaces, tuples)]
+        reserves = [self._evaluator(s, z, None).program_reserve() for s, z in kinds]
         self._reserves = reserves
         out = []
         for k, ((s, z), ts) in enumerate(kinds.items()):

@@ -195,10 +195,10 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell",
     out = dict(ints.tensors())
     spaces = sorted({s for _, layout in blocks for s in layout})
     for (name, layout), value in zip(blocks, given):
-        kind_of = np.asarray(value).dtype.kind
-        if kind_of not in "iuf":
+        dtype = np.asarray(value).dtype
+        if dtype.kind not in "iuf":
             raise InputTypeError(f"(T) needs real numeric amplitudes; {name} has elements of "
-                                 f"type {np.asarray(value).dtype}")
+                                 f"type {dtype}")
         shape = tuple(ints.extents[s] for s in layout)
         if np.shape(value) != shape:
             raise ShapeMismatch(f"(T) needs {name} of shape {shape} (PySCF's layout, "

@@ -131,8 +131,9 @@ def test_the_packed_ladder_gives_the_unpacked_residual(water, closed, budget, in
 
 
 def test_a_budgeted_packed_residual_allocates_what_is_predicted(water):
-    """What a 25 % residual allocates (tracemalloc over the call, its packed amplitudes
-    made inside it) is within 5 % of the predicted arrays and program plus ``tauP``."""
+    """What a 25 % residual allocates (tracemalloc over its second call, the programs built
+    by the first; the packed amplitudes made inside it) is within 5 % of the predicted
+    arrays and program plus ``tauP``."""
     cc = CCSD(water, spin_orbital=True, budget="25%")
     ints = cc.integrals
     t = _amplitudes(ints.extents["i"], ints.extents["a"])
