@@ -8,11 +8,13 @@ background, and the forest is scheduled again, until the swept peak fits. A roun
 finds no lower peak re-plans every term whose plan alone peaks above that target at once
 (the terms that bind in turn are usually alike), and an attempt ends after ``_STALL``
 such rounds. Unsliced input blocks are fetched per term (not held from one term to the
-next), which keeps the background small. If no re-planning fits, the smallest budget the
-planner can meet is searched on a fixed geometric grid between a lower bound (the equation
-results, whole) and the least-peak schedule's peak (galloping down, then bisection),
-independently of the budget asked for, and named in InfeasibleBudget; any budget at or
-above it fits.
+next), which keeps the background small. If no re-planning fits but the least-peak
+schedule (every term at its least peak) does, every term is planned under one common cap,
+the largest of a few halvings and bisections of the budget that fits: far fewer loops than
+the least-peak schedule. Otherwise the smallest budget the planner can meet is searched
+on a fixed geometric grid between a lower bound (the equation results, whole) and the
+least-peak schedule's peak (galloping down, then bisection), independently of the budget
+asked for, and named in InfeasibleBudget; any budget at or above it fits.
 
 Everything a budget probe needs that does not depend on the budget is remembered per
 forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
@@ -194,6 +196,70 @@ def _attempt(fit: _Fitting, policy: BatchPolicy,
     return None, best
 
 
+#: Caps tried after a failed attempt: the budget halved this many times at most.
+_CAPS = 4
+#: Bisections between the last cap that failed and the first that fitted.
+_BISECT = 2
+#: How many more flops (relative) a capped schedule may cost than the minimum's and still
+#: be preferred for having fewer loops.
+_FLOPS_SLACK = 0.01
+
+
+def _between(fit: _Fitting, policy: BatchPolicy) -> ScheduleAnalysis | None:
+    """After a failed attempt: when the least-peak schedule fits, the capped schedule
+    (``_capped``) if it fits at about the same flops with no more loops, else None (the
+    minimum search then decides). The least-peak schedule is what the minimum search
+    starts from, so a refusal pays nothing more."""
+    least = _least(fit)
+    if least is None or least.peak_bytes > policy.budget_bytes:
+        return None
+    capped = _capped(fit, policy)
+    if capped is None or capped.flops > least.flops * (1 + _FLOPS_SLACK) \
+            or len(capped.plan.loops) > len(least.plan.loops):
+        return None
+    return capped
+
+
+def _capped(fit: _Fitting, policy: BatchPolicy) -> ScheduleAnalysis | None:
+    """A schedule that fits with every term planned under one cap (a term that cannot meet
+    the cap at its own least peak), or None: the cap is halved from the budget until one
+    fits (``_CAPS`` halvings at most), then bisected ``_BISECT`` times (geometrically)
+    between the last cap that failed and the first that fitted.
+
+    An attempt re-plans only the term at the binding point, so it fails where what the
+    other terms hold there exceeds the budget by itself; the minimum search's schedule
+    fits then, but at the smallest budget, with every term at its least peak (far more
+    loops than the budget needs). A common cap lowers every term's share at once."""
+    budget = policy.budget_bytes
+    planner = fit.planner(policy)
+
+    def at(cap: float) -> ScheduleAnalysis | None:
+        budgets = {}
+        for v in fit.forest.trees:
+            menu = planner.menu(v)
+            budgets[v] = cap if menu.default[0].peak_bytes <= cap else max(cap, menu.min_peak)
+        plan = fit.prepare(planner.plan(budgets))
+        return fit.analyze(plan) if fit.verdict(plan).peak <= budget else None
+
+    hi = 0                                  # log2(budget / cap) of the last cap that failed
+    for j in range(1, _CAPS + 1):
+        got = at(budget / 2 ** j)
+        if got is not None:
+            lo = j
+            break
+        hi = j
+    else:
+        return None
+    for _ in range(_BISECT):
+        mid = (hi + lo) / 2
+        better = at(budget / 2 ** mid)
+        if better is None:
+            hi = mid
+        else:
+            got, lo = better, mid
+    return got
+
+
 def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
     for k in range(point, -1, -1):
         p = a.points[k]
@@ -348,6 +414,8 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
         if found is None and slicing:                            # inner sums batched too
             found, _ = _attempt(_fitting(forest, extents, policy, sliced=True), policy,
                                 progress)
+        if found is None:
+            found = _between(_fitting(forest, extents, policy, sliced=bool(slicing)), policy)
         if found is not None:
             return found
     if budget < floor:                    # hopeless: refused at once, minimum on demand

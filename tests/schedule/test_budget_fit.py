@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 import sequant_eval as se
-from sequant_eval.chem.equations import ccsd_equations
+from sequant_eval.chem.equations import ccsd_equations, ccsd_text
 from sequant_eval.plan import BatchPolicy
-from sequant_eval.schedule.budget import _ROUNDS, _STALL, _Verdict, _attempt
+from sequant_eval.schedule.budget import _CAPS, _ROUNDS, _STALL, _Verdict, _attempt, _capped
 
 WATER = {"i": 10, "a": 38}       # H2O/cc-pVDZ spin orbitals
 
@@ -81,7 +81,6 @@ def test_remembered_planning_gives_what_planning_afresh_gives():
     """The fitter remembers term menus and verdicts per forest; a forest that has already
     been fitted at other budgets (and had its minimum searched) must fit every budget
     exactly as a fresh forest does. Oracle: the dump of the fresh forest's schedule."""
-    from sequant_eval.chem.equations import ccsd_text
     from sequant_eval.expr import parse
     from sequant_eval.forest import build_forest
     from sequant_eval.schedule.budget import fit_forest, minimum_budget
@@ -187,3 +186,80 @@ def test_a_round_that_finds_no_lower_peak_replans_every_term_above_its_target():
     assert got == "fitted" and best == 40
     assert fit.asked == [{0: 50, 1: 50, 2: 50}, {0: 45, 1: 50, 2: 50},
                          {0: 44, 1: 44, 2: 50}]
+
+
+def test_a_budget_above_the_minimum_is_met_with_a_cap_not_with_the_minimums_schedule():
+    """Spin-orbital CCSD at H2O/cc-pVDZ extents, 10 % of the unbatched peak: the direct
+    attempt fails (what the other terms hold at the binding point exceeds the budget), and
+    the least-peak schedule, the minimum's (177 loops), fits. The fit is the capped
+    schedule: within the budget, at most half the minimum's loops, no more flops (measured
+    62 loops, 0.99x the flops). Oracle: the minimum search's own schedule."""
+    from sequant_eval.expr import parse
+    from sequant_eval.forest import build_forest
+    from sequant_eval.schedule import budget as fitter
+
+    forest = build_forest(parse(ccsd_text()), WATER)
+    top = fitter.fit_forest(forest, WATER, BatchPolicy()).peak_bytes
+    policy = BatchPolicy.everything(0.1 * top, WATER)
+    assert _attempt(fitter._fitting(forest, WATER, policy), policy)[0] is None
+    got = fitter.fit_forest(forest, WATER, policy)
+    need, least = fitter.minimum_budget(forest, WATER, BatchPolicy.everything(None, WATER))
+    assert need <= got.peak_bytes <= 0.1 * top
+    assert 2 * len(got.plan.loops) <= len(least.plan.loops)
+    assert got.flops <= least.flops
+
+class _Caps:
+    """A stand-in fitting for the capped search: terms alone peak at ``alone`` unbatched
+    and at ``least`` at their least; a plan's forest peak is a 30 B background plus every
+    term's planned bytes (its budget, or its unbatched peak when that is smaller)."""
+
+    alone = {0: 80, 1: 40, 2: 10}
+    least = {0: 20, 1: 12, 2: 10}
+
+    def __init__(self, background=30):
+        self.background = background
+        self.forest = SimpleNamespace(trees=dict.fromkeys(self.alone))
+        self.asked = []
+
+    def planner(self, policy, progress=None):
+        def menu(v):
+            return SimpleNamespace(default=(SimpleNamespace(peak_bytes=self.alone[v]),),
+                                   min_peak=self.least[v])
+
+        def plan(budgets):
+            self.asked.append(dict(budgets))
+            return dict(budgets)
+        return SimpleNamespace(plan=plan, menu=menu)
+
+    def prepare(self, plan):
+        return plan
+
+    def verdict(self, plan):
+        peak = self.background + sum(min(b, self.alone[v]) for v, b in plan.items())
+        return _Verdict(peak, 0, 0)
+
+    def analyze(self, plan):
+        return plan
+
+
+def test_the_capped_search_halves_then_bisects_to_the_largest_cap_that_fits():
+    """Hand-worked, budget 100 B: cap 50 peaks at 30 + 50 + 40 + 10 = 130 (over); cap 25
+    at 30 + 25 + 25 + 10 = 90 (fits); the two bisections try 100/2^1.5 = 35.4 (30 + 35.4
+    + 35.4 + 10 = 110.7, over) and 100/2^1.75 = 29.7 (99.5, fits), which is returned. A
+    term whose unbatched peak is within the cap gets the cap (term 2 throughout)."""
+    fit = _Caps()
+    got = _capped(fit, BatchPolicy(budget=100))
+    caps = [round(b[0], 2) for b in fit.asked]
+    assert caps == [50, 25, 35.36, 29.73]
+    assert got == fit.asked[-1] and fit.verdict(got).peak <= 100
+    assert all(b[2] == b[0] for b in fit.asked)
+
+
+def test_the_capped_search_holds_a_term_at_its_least_and_gives_up_after_the_halvings():
+    """Hand-worked, a 95 B background under a budget of 100 B: no cap fits. The caps are
+    50, 25, 12.5, 6.25 (``_CAPS`` = 4 halvings), and once a cap is below a term's least
+    peak that term is planned at its least (term 0 at 20 B, term 1 at 12 B)."""
+    fit = _Caps(background=95)
+    assert _capped(fit, BatchPolicy(budget=100)) is None
+    assert [b[0] for b in fit.asked] == [50, 25, 20, 20] and len(fit.asked) == _CAPS
+    assert [b[1] for b in fit.asked] == [50, 25, 12.5, 12]
