@@ -92,7 +92,10 @@ def density_fitted(mf: Any) -> bool:
 
 
 def _frozen_indices(frozen: Any, nocc: int, nmo: int) -> tuple[int, ...]:
-    """``frozen`` as sorted orbital indices: a count N is the N lowest orbitals."""
+    """``frozen`` as sorted orbital indices: a count N is the N lowest orbitals; None
+    (PySCF's default) none."""
+    if frozen is None:
+        return ()
     if isinstance(frozen, (int, np.integer)) and not isinstance(frozen, bool):
         if not 0 <= int(frozen) < nocc:
             raise UnsupportedFeature(

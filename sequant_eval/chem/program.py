@@ -10,6 +10,8 @@ planned under the rest.
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,8 +128,11 @@ class ResidualProgram:
         except InfeasibleBudget as err:
             if self.budget is limit.budget:
                 raise
-            raise InfeasibleBudget(f"max_memory {self.budget} (no budget given) is too small: "
-                                   f"{err}", err.budget, lambda e=err: e.minimum) from err
+            need = err.minimum                      # searched now: the way out names it
+            raise InfeasibleBudget(
+                f"max_memory {self.budget} (no budget given) is too small: {err}. Raise "
+                f"max_memory to at least {math.ceil(need / 1e4) / 100} MB, or give a budget",
+                err.budget, need) from err
 
     def report_of(self, ev):
         """``ev``'s dry run, kept when ``ev`` becomes the program."""
@@ -164,11 +169,12 @@ class ResidualProgram:
             raise self._infeasible(total, 0.0)
         policy = BatchPolicy.everything(rest, self.extents, volatile=VOLATILE)
         ev = Evaluator(self.plain, self.extents, policy=policy, persist=True)
-        if limit.held:
-            try:                                  # plan now: refuse before the first residual
-                ev.batched
-            except InfeasibleBudget as err:
+        try:                                      # plan now: refuse before the first residual
+            ev.batched
+        except InfeasibleBudget as err:
+            if limit.held:
                 raise self._infeasible(total, rest, err) from err
+            raise
         return ev
 
     def _infeasible(self, total: float, rest: float, err: InfeasibleBudget | None = None):

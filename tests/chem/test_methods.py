@@ -5,6 +5,8 @@ results (``e_hf``, ``e_corr``, ``e_tot``, ``converged``, ``t1``, ``t2``) equal
 here (water as below, 6-31G and STO-3G; OH radical UHF)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,8 @@ from pyscf import cc, gto, scf  # noqa: E402
 
 import sequant_eval.chem as sc  # noqa: E402
 from sequant_eval.chem import CCSD, CCSDT, GCCSD, RCCSD, UCCSD, InMemory, OnDisk  # noqa: E402
-from sequant_eval.errors import InputTypeError, ShapeMismatch, UnsupportedFeature  # noqa: E402
+from sequant_eval.errors import (InfeasibleBudget, InputTypeError, ShapeMismatch,  # noqa: E402
+                                 UnsupportedFeature)
 
 from tests.chem.references import TIGHT, rhf as _rhf  # noqa: E402
 
@@ -110,6 +113,18 @@ def test_frozen_list_on_the_spin_orbital_path(radical):
     assert abs(ours.e_corr - ref.e_corr) < 1e-9
 
 
+
+def test_frozen_none_is_pyscfs_default_no_frozen_orbital(water, radical):
+    """``frozen=None``, the value PySCF's CCSD classes default to, freezes nothing: the
+    same active orbitals as ``frozen=0`` on every kind (closed shell, unrestricted, spin
+    orbitals), and the energy PySCF gives with ``frozen=None``."""
+    for mf, kw in ((water, {}), (radical, {}), (radical, {"spin_orbital": True})):
+        none, zero = CCSD(mf, frozen=None, **kw), CCSD(mf, frozen=0, **kw)
+        assert none.integrals.frozen == zero.integrals.frozen == ()
+        assert none.integrals.extents == zero.integrals.extents
+    ref = _pyscf(water, None)
+    assert abs(CCSD(water, frozen=None, **TIGHT).run().e_corr - ref.e_corr) < 1e-9
+
 def test_frozen_set_after_construction(water):
     mycc = CCSD(water, **TIGHT)
     mycc.frozen = 1
@@ -148,6 +163,21 @@ def test_max_memory_batches_a_residual_that_does_not_fit():
     over = CCSD(mf, **plain, max_memory=0.9 * top / 1e6, budget=2 * top)
     assert not over.evaluator().analyze().loops
 
+
+
+def test_a_max_memory_too_small_is_refused_naming_max_memory_and_enough(water):
+    """Refused when the method is built, not at the first residual (nothing run), by a
+    typed error that names ``max_memory`` and a value that is enough; that value runs,
+    within itself, to the unbatched energy (1e-10)."""
+    with pytest.raises(InfeasibleBudget) as info:
+        CCSD(water, max_memory=0.05).program()
+    text = str(info.value)
+    assert text.startswith("max_memory 0.05 MB") and "no budget given" in text
+    enough = float(re.search(r"Raise max_memory to at least ([0-9.]+) MB", text).group(1))
+    assert 0.05 < enough and enough * 1e6 >= info.value.minimum
+    ours = CCSD(water, max_memory=enough, **TIGHT).run()
+    assert ours.meter.peak_bytes <= enough * 1e6
+    assert abs(ours.e_corr - CCSD(water, **TIGHT).run().e_corr) < 1e-10
 
 def test_ccsdt_kernel_returns_the_triples():
     mf = _rhf("sto-3g")
