@@ -221,7 +221,9 @@ def _binarize(interner: _Interner, occs: list[Occurrence], labels: tuple[Index, 
 
     for x, y in prefix:
         walk([(made.index(x), made.index(y))])
-    if len(occs) > 1:
+    if len(occs) == 2:                   # one way to join two: no path search
+        walk([(0, 1)])
+    elif len(occs) > 2:
         walk(_path(interner, occs, labels, result, where)[0])
     return TermTree(where, tuple(nodes), len(nodes) - 1 if len(nodes) > 1 else 0)
 

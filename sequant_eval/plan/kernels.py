@@ -334,16 +334,30 @@ def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequen
     la, lb, lr = _Layout(a, extent), _Layout(b, extent), _Layout(r, extent)
     free_a = (set(a) - set(b)) & big
     free_b = (set(b) - set(a)) & big
+    # The cheapest grouping, ties to the first in this enumeration order. Its BLAS calls
+    # alone bound a grouping's cost from below, so groupings are costed in order of that
+    # bound and the search stops at the first whose bound exceeds the best cost found.
+    orders = (_orders((la, lr), free_a), _orders((lb, lr), free_b),
+              [ks for ks in _orders((la, lb), contracted) if ks])
+    size = {g: prod(extent[m] for m in g) for o in orders for g in o}
+    whole_r, whole_k = prod(extent[m] for m in lr.order), prod(extent[m] for m in contracted)
+    groupings = []
+    for rows in orders[0]:
+        for cols in orders[1]:
+            batch = whole_r // (size[rows] * size[cols])     # the result's other modes
+            for ks in orders[2]:        # contracted modes outside ks: split into batches
+                bound = batch * (whole_k // size[ks]) * gemm_time_us(size[rows], size[cols],
+                                                                     size[ks])
+                groupings.append((bound, len(groupings), (rows, cols, ks)))
+    groupings.sort(key=lambda g: g[:2])
     best, grouping = None, ()
-    for rows in _orders((la, lr), free_a):
-        for cols in _orders((lb, lr), free_b):
-            for ks in _orders((la, lb), contracted):
-                if ks:
-                    found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent,
-                                            None if best is None else best[0])
-                    if found is not None and (best is None or found[0] < best[0]):
-                        best, grouping = found, (rows, cols, ks)
-    cost, xa, xb, xz, shape, reduce = best
+    for bound, k, (rows, cols, ks) in groupings:
+        if best is not None and bound > best[0][0]:
+            break
+        found = _gemm_candidate(la, lb, lr, rows, cols, ks, contracted, extent)
+        if found is not None and (best is None or (found[0], k) < (best[0][0], best[1])):
+            best, grouping = (found, k), (rows, cols, ks)
+    cost, xa, xb, xz, shape, reduce = best[0]
     return ContractPlan(value.id, GEMM, xa, xb, xz, out_shape, sub, flops, shape, cost, reduce,
                         grouping)
 

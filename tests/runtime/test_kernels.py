@@ -66,6 +66,35 @@ def test_a_remembered_plan_serves_the_same_pattern_under_other_labels(case, rela
         other, *shapes)
 
 
+
+@settings(max_examples=300, deadline=None)
+@given(contractions())
+def test_the_plan_is_the_cheapest_grouping_of_all(case):
+    """The search stops once the BLAS calls alone of the groupings left cost more than the
+    best found; oracle: every grouping costed (``_gemm_candidate`` on each, written out
+    here), the cheapest taken, ties to the first enumerated. Examples with a contracted
+    mode of extent > 1 (about half) exercise the search; the rest are GEMM-free plans."""
+    extent, a, b, r = case
+    value = Value(2, ValueKind.CONTRACT, ("x",) * len(r), left=Operand(0, a),
+                  right=Operand(1, b), result=r)
+    plan = kernels._plan_contraction(value, [extent[m] for m in r], [extent[m] for m in a],
+                                     [extent[m] for m in b])
+    if plan.kind != GEMM:
+        return
+    big = {m for m, e in extent.items() if e > 1}
+    la, lb, lr = (kernels._Layout(x, extent) for x in (a, b, r))
+    contracted = (set(a) & set(b) & big) - set(r)
+    costed = []
+    for rows in kernels._orders((la, lr), (set(a) - set(b)) & big):
+        for cols in kernels._orders((lb, lr), (set(b) - set(a)) & big):
+            for ks in kernels._orders((la, lb), contracted):
+                found = ks and kernels._gemm_candidate(la, lb, lr, rows, cols, ks,
+                                                       contracted, extent)
+                if found:
+                    costed.append((found[0], len(costed), (rows, cols, ks)))
+    cost, _, grouping = min(costed)
+    assert (plan.cost_us, plan.grouping) == (cost, grouping)
+
 def test_middle_mode_contraction_of_a_big_operand_is_not_copied():
     """t1 against the third slot of g{a,a;a,a}: batched GEMMs over strided views, no copy of g.
 
