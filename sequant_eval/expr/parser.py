@@ -42,6 +42,7 @@ MAX_DIGITS = 1000
 #: Largest decimal exponent a number may carry (float64 spans about 1e-308 .. 1.8e308).
 MAX_EXPONENT = 400
 
+_ASCII_NAME = re.compile(r"[A-Za-z0-9_]*")
 _NUMBER = re.compile(r"([0-9]+)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
 _SYMMETRY = re.compile(r"([ASN])-([SCN])-([SN])")
 _INDEX = re.compile(r"((?:[^\W\d_]|[\u0300-\u036f])+)_?([0-9]+)?$")
@@ -115,7 +116,7 @@ class _Lexer:
                 out.append(_Token("NUMBER", m.group(), n, col))
                 k = m.end()
             elif _is_name_char(ch):
-                j = k
+                j = _ASCII_NAME.match(line, k).end()     # the common case, then the rest
                 while j < len(line) and _is_name_char(line[j]):
                     j += 1
                 out.append(_Token("NAME", line[k:j], n, col))

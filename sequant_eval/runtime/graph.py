@@ -45,6 +45,10 @@ class Op(enum.Enum):
     #                          into it write there (params: result name, fill)
     BRANCH = "branch"        # alternative routes (inputs: arm exits; params: reconverge)
 
+    # the interpreter looks every op up by kind; members are singletons compared by
+    # identity, so the identity hash serves (Enum's own hashes the name, in Python)
+    __hash__ = object.__hash__
+
 
 class Device(enum.Enum):
     """Where an op runs and its result lives."""
