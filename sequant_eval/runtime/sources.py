@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from math import prod
 
@@ -51,10 +52,16 @@ def _is_arraylike(x: object) -> bool:
 
 def takes_ranges(fn: Callable) -> bool:
     """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``); a provider
-    may say so itself (a boolean attribute ``takes_ranges``: no signature inspected)."""
+    may say so itself (a boolean attribute ``takes_ranges``: no signature inspected). The
+    answer for a function, or for the methods of one function, is remembered."""
     declared = getattr(fn, "takes_ranges", None)
     if isinstance(declared, bool):
         return declared
+    bound = inspect.ismethod(fn)
+    key = fn.__func__ if bound else fn
+    known = _SIGNATURES[bound]
+    if inspect.isfunction(key) and key in known:
+        return known[key]
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -62,7 +69,14 @@ def takes_ranges(fn: Callable) -> bool:
     params = [p for p in sig.parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     star = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
-    return star or len(params) >= 2
+    got = star or len(params) >= 2
+    if inspect.isfunction(key):                   # remembered while the function lives
+        known[key] = got
+    return got
+
+
+#: takes_ranges' answers: [for functions, for methods (by their function)].
+_SIGNATURES = (weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary())
 
 
 #: A diagonal read from anything but a NumPy array goes in pieces, each at most this share
