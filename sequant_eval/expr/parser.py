@@ -111,6 +111,9 @@ class _Lexer:
                 break
             if ch.isspace():
                 k += 1
+            elif ch in _PUNCT:                        # not name characters: asked first
+                out.append(_Token(ch, ch, n, col))
+                k += 1
             elif _is_ascii_digit(ch):
                 m = _NUMBER.match(line, k)
                 out.append(_Token("NUMBER", m.group(), n, col))
@@ -135,9 +138,6 @@ class _Lexer:
                 else:
                     out.append(_Token("<", "<", n, col))
                     k += 1
-            elif ch in _PUNCT:
-                out.append(_Token(ch, ch, n, col))
-                k += 1
             else:
                 raise ParseError(_unexpected(ch), n, col, line)
         return out
