@@ -14,6 +14,7 @@ import pytest
 import sequant_eval as se
 from sequant_eval.chem.equations import ccsd_equations, ccsd_text
 from sequant_eval.plan import BatchPolicy
+from sequant_eval.schedule import budget as fitter
 from sequant_eval.schedule.budget import _CAPS, _ROUNDS, _STALL, _Verdict, _attempt, _capped
 
 WATER = {"i": 10, "a": 38}       # H2O/cc-pVDZ spin orbitals
@@ -117,7 +118,6 @@ def test_unsliced_floor_bounds_the_fitting_that_holds_inner_sums_whole(sinks):
     from sequant_eval.forest import build_forest
     from sequant_eval.plan import BatchPolicy
     from sequant_eval.plan.slicing import sliceable_sums
-    from sequant_eval.schedule import budget as fitter
 
     extents = {"i": 6, "a": 10}
     forest = build_forest(tuple(se.parse(ANTISYM)), extents)
@@ -193,10 +193,9 @@ def test_a_budget_above_the_minimum_is_met_with_a_cap_not_with_the_minimums_sche
     attempt fails (what the other terms hold at the binding point exceeds the budget), and
     the least-peak schedule, the minimum's (177 loops), fits. The fit is the capped
     schedule: within the budget, at most half the minimum's loops, no more flops (measured
-    62 loops, 0.99x the flops). Oracle: the minimum search's own schedule."""
+    69 loops, 0.99x the flops). Oracle: the minimum search's own schedule."""
     from sequant_eval.expr import parse
     from sequant_eval.forest import build_forest
-    from sequant_eval.schedule import budget as fitter
 
     forest = build_forest(parse(ccsd_text()), WATER)
     top = fitter.fit_forest(forest, WATER, BatchPolicy()).peak_bytes
@@ -242,16 +241,21 @@ class _Caps:
         return plan
 
 
-def test_the_capped_search_halves_then_bisects_to_the_largest_cap_that_fits():
+@pytest.mark.parametrize("bisect", [1, 2])
+def test_the_capped_search_halves_then_bisects_to_the_largest_cap_that_fits(bisect,
+                                                                          monkeypatch):
     """Hand-worked, budget 100 B: cap 50 peaks at 30 + 50 + 40 + 10 = 130 (over); cap 25
-    at 30 + 25 + 25 + 10 = 90 (fits); the two bisections try 100/2^1.5 = 35.4 (30 + 35.4
-    + 35.4 + 10 = 110.7, over) and 100/2^1.75 = 29.7 (99.5, fits), which is returned. A
-    term whose unbatched peak is within the cap gets the cap (term 2 throughout)."""
+    at 30 + 25 + 25 + 10 = 90 (fits); a bisection tries 100/2^1.5 = 35.4 (30 + 35.4
+    + 35.4 + 10 = 110.7, over), a second 100/2^1.75 = 29.7 (99.5, fits). The last cap
+    that fitted is returned. A term whose unbatched peak is within the cap gets the cap
+    (term 2 throughout)."""
+    monkeypatch.setattr(fitter, "_BISECT", bisect)
     fit = _Caps()
     got = _capped(fit, BatchPolicy(budget=100))
     caps = [round(b[0], 2) for b in fit.asked]
-    assert caps == [50, 25, 35.36, 29.73]
-    assert got == fit.asked[-1] and fit.verdict(got).peak <= 100
+    assert caps == [50, 25, 35.36, 29.73][:2 + bisect]
+    assert got == {0: 25, 1: 25, 2: 25} if bisect == 1 else got == fit.asked[-1]
+    assert fit.verdict(got).peak <= 100
     assert all(b[2] == b[0] for b in fit.asked)
 
 
