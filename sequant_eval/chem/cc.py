@@ -108,7 +108,7 @@ class CoupledCluster:
         orbital indices (occupied or virtual). Spatial orbitals for an RHF, UHF or ROHF,
         per spin for the open shells (``frozen=N``: the N lowest of each spin, as
         ``pyscf.cc.UCCSD(frozen=N)``; ``[alpha, beta]`` lists also accepted); spin
-        orbitals for a GHF (as ``pyscf.cc.GCCSD``).
+        orbitals for a GHF (as ``pyscf.cc.GCCSD``). ``None``, PySCF's default: none.
     budget
         ``None``, bytes, a text (``"25MB"``) or a share of the unbatched peak (``"25%"``):
         every residual is planned within it (see :class:`~sequant_eval.budget.Budget`).
