@@ -11,7 +11,6 @@ planned under the rest.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any

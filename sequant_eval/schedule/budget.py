@@ -10,8 +10,8 @@ finds no lower peak re-plans every term whose plan alone peaks above that target
 such rounds. Unsliced input blocks are fetched per term (not held from one term to the
 next), which keeps the background small. If no re-planning fits but the least-peak
 schedule (every term at its least peak) does, every term is planned under one common cap,
-the largest of a few halvings and bisections of the budget that fits: far fewer loops than
-the least-peak schedule. Otherwise the smallest budget the planner can meet is searched
+the largest that fits of a few halvings of the budget and a bisection: far fewer loops
+than the least-peak schedule. Otherwise the smallest budget the planner can meet is searched
 on a fixed geometric grid between a lower bound (the equation results, whole) and the
 least-peak schedule's peak (galloping down, then bisection), independently of the budget
 asked for, and named in InfeasibleBudget; any budget at or above it fits.
@@ -201,8 +201,8 @@ _CAPS = 4
 #: Bisections between the last cap that failed and the first that fitted (a second one
 #: measured 62 loops against 69 on spin-orbital CCSD at 10 %, for one more sweep).
 _BISECT = 1
-#: How many more flops (relative) a capped schedule may cost than the minimum's and still
-#: be preferred for having fewer loops.
+#: How many more flops (relative) a capped schedule may cost than the least-peak one and
+#: still be taken for having no more loops.
 _FLOPS_SLACK = 0.01
 
 
