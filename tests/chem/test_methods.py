@@ -22,7 +22,6 @@ from sequant_eval.errors import (InfeasibleBudget, InputTypeError, ShapeMismatch
 from tests.chem.references import TIGHT, rhf as _rhf  # noqa: E402
 
 
-
 @pytest.fixture(scope="module")
 def water():
     return _rhf("6-31g")
@@ -113,7 +112,6 @@ def test_frozen_list_on_the_spin_orbital_path(radical):
     assert abs(ours.e_corr - ref.e_corr) < 1e-9
 
 
-
 def test_frozen_none_is_pyscfs_default_no_frozen_orbital(water, radical):
     """``frozen=None``, the value PySCF's CCSD classes default to, freezes nothing: the
     same active orbitals as ``frozen=0`` on every kind (closed shell, unrestricted, spin
@@ -124,6 +122,7 @@ def test_frozen_none_is_pyscfs_default_no_frozen_orbital(water, radical):
         assert none.integrals.extents == zero.integrals.extents
     ref = _pyscf(water, None)
     assert abs(CCSD(water, frozen=None, **TIGHT).run().e_corr - ref.e_corr) < 1e-9
+
 
 def test_frozen_set_after_construction(water):
     mycc = CCSD(water, **TIGHT)
@@ -164,7 +163,6 @@ def test_max_memory_batches_a_residual_that_does_not_fit():
     assert not over.evaluator().analyze().loops
 
 
-
 def test_a_max_memory_too_small_is_refused_naming_max_memory_and_enough(water):
     """Refused when the method is built, not at the first residual (nothing run), by a
     typed error that names ``max_memory`` and a value that is enough; that value runs,
@@ -178,6 +176,7 @@ def test_a_max_memory_too_small_is_refused_naming_max_memory_and_enough(water):
     ours = CCSD(water, max_memory=enough, **TIGHT).run()
     assert ours.meter.peak_bytes <= enough * 1e6
     assert abs(ours.e_corr - CCSD(water, **TIGHT).run().e_corr) < 1e-10
+
 
 def test_ccsdt_kernel_returns_the_triples():
     mf = _rhf("sto-3g")

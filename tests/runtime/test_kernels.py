@@ -66,7 +66,6 @@ def test_a_remembered_plan_serves_the_same_pattern_under_other_labels(case, rela
         other, *shapes)
 
 
-
 @settings(max_examples=300, deadline=None)
 @given(contractions())
 def test_the_plan_is_the_cheapest_grouping_of_all(case):
@@ -94,6 +93,7 @@ def test_the_plan_is_the_cheapest_grouping_of_all(case):
                     costed.append((found[0], len(costed), (rows, cols, ks)))
     cost, _, grouping = min(costed)
     assert (plan.cost_us, plan.grouping) == (cost, grouping)
+
 
 def test_middle_mode_contraction_of_a_big_operand_is_not_copied():
     """t1 against the third slot of g{a,a;a,a}: batched GEMMs over strided views, no copy of g.
