@@ -207,6 +207,7 @@ def test_a_budget_above_the_minimum_is_met_with_a_cap_not_with_the_minimums_sche
     assert 2 * len(got.plan.loops) <= len(least.plan.loops)
     assert got.flops <= least.flops
 
+
 class _Caps:
     """A stand-in fitting for the capped search: terms alone peak at ``alone`` unbatched
     and at ``least`` at their least; a plan's forest peak is a 30 B background plus every
