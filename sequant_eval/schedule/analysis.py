@@ -106,6 +106,18 @@ def analyze_schedule(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis:
     rich, ordered = boulevard_and_order(forest, plan)
     if ordered is None:
         ordered = build_ordered_schedule(rich)      # raises: why it cannot be sequenced
+    return _analysis(forest, plan, rich, ordered)
+
+
+def analyze_greedy(forest: Forest, plan: BatchPlan) -> ScheduleAnalysis | None:
+    """``analyze_schedule`` where every fusion the rules allow can be sequenced as it
+    stands, else None: the fusions are not retried one by one (the fitter's caps, which
+    only look for a cheaper fit, skip such a plan)."""
+    rich, ordered = boulevard_and_order(forest, plan, retry=False)
+    return None if ordered is None else _analysis(forest, plan, rich, ordered)
+
+
+def _analysis(forest: Forest, plan: BatchPlan, rich, ordered) -> ScheduleAnalysis:
     if plan.policy.sinks:
         ordered = replace(ordered, sinks=sunk_sums(ordered, forest, plan.policy.sinks))
     shapes = value_shapes(forest, plan.extents)

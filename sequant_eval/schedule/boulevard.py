@@ -477,9 +477,11 @@ def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
     return boulevard_and_order(forest, plan)[0]
 
 
-def boulevard_and_order(forest: Forest, plan: BatchPlan):
+def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     """``compute_dag_boulevard`` and the ordered schedule its sequencability check built
-    (None when no fusion at all is sequencable: the caller's sequencer then says why)."""
+    (None when no fusion at all is sequencable: the caller's sequencer then says why).
+    ``retry=False``: where every fusion the rules allow cannot be sequenced, the ordered
+    schedule is None at once (no fusion retried one by one, which can cost seconds)."""
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
 
@@ -490,7 +492,7 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan):
                       for k in range(len(s.loops)))
     rich = finish(_fuse(forms, loops, lambda uf: True, _tied(plan), alone))
     ordered = _ordered(rich)
-    if ordered is None:
+    if ordered is None and retry:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
         rich = finish(_fuse_checked(forms, loops, lambda uf: _sequencable(finish(uf)),
