@@ -220,10 +220,11 @@ _CAPS = 4
 #: Bisections between the last cap that failed and the first that fitted (a second one
 #: measured 62 loops against 69 on spin-orbital CCSD at 10 %, for one more sweep).
 _BISECT = 1
-#: The caps are tried only at budgets this many times the least-peak schedule's peak or
-#: more: nearer the minimum they rarely fit (their sweeps then cost seconds on the DF
-#: doubles at their minimum, where fusion refuses one fusion after another).
-_ROOM = 1.25
+#: The caps are tried only at budgets at least this many times the least-peak schedule's
+#: peak: at the minimum itself (within one cell of the 2 % grid, GRID) they seldom win much
+#: (closed-shell CCSD at i5a19: 379 → 358 loops for 0.39 s more) or fit at all (the DF
+#: doubles: 0.34 s more); 4 % above it they took OH/cc-pVDZ UCCSD from 323 to 210 loops.
+_ROOM = 1.02
 #: How many more flops (relative) a capped schedule may cost than the least-peak one and
 #: still be taken for having no more loops.
 _FLOPS_SLACK = 0.01
