@@ -9,10 +9,10 @@ finds no lower peak re-plans every term whose plan alone peaks above that target
 (the terms that bind in turn are usually alike), and an attempt ends after ``_STALL``
 such rounds. Unsliced input blocks are fetched per term (not held from one term to the
 next), which keeps the background small. If no re-planning fits but the least-peak
-schedule (every term at its least peak) does, every term is planned under one common cap,
-the largest that fits of a few halvings of the budget and a bisection: far fewer loops
-than the least-peak schedule. Otherwise the smallest budget the planner can meet is searched
-on a fixed geometric grid between a lower bound (the equation results, whole) and the
+schedule (every term at its least peak) does with room, every term is planned under one
+common cap, the largest that fits of a few halvings of the budget and a bisection: far
+fewer loops than the least-peak schedule. Otherwise the smallest budget the planner can
+meet is searched on a fixed geometric grid between a lower bound (the equation results, whole) and the
 least-peak schedule's peak (galloping down, then bisection), independently of the budget
 asked for, and named in InfeasibleBudget; any budget at or above it fits.
 
@@ -231,10 +231,10 @@ _FLOPS_SLACK = 0.01
 
 
 def _between(fit: _Fitting, policy: BatchPolicy) -> ScheduleAnalysis | None:
-    """After a failed attempt: when the least-peak schedule fits, the capped schedule
-    (``_capped``) if it fits at about the same flops with no more loops, else None (the
-    minimum search then decides). The least-peak schedule is what the minimum search
-    starts from, so a refusal pays nothing more."""
+    """After a failed attempt: when the least-peak schedule fits with room (``_ROOM``), the
+    capped schedule (``_capped``) if it fits at about the same flops with no more loops,
+    else None (the minimum search then decides). The least-peak schedule is what the
+    minimum search starts from, so a refusal pays nothing more."""
     least = _least(fit)
     if least is None or least.peak_bytes * _ROOM > policy.budget_bytes:
         return None                       # none fits, or too little room for a cap to win
