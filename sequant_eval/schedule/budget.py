@@ -12,9 +12,9 @@ next), which keeps the background small. If no re-planning fits but the least-pe
 schedule (every term at its least peak) does with room, every term is planned under one
 common cap, the largest that fits of a few halvings of the budget and a bisection: far
 fewer loops than the least-peak schedule. Otherwise the smallest budget the planner can
-meet is searched on a fixed geometric grid between a lower bound (the equation results, whole) and the
-least-peak schedule's peak (galloping down, then bisection), independently of the budget
-asked for, and named in InfeasibleBudget; any budget at or above it fits.
+meet is searched on a fixed geometric grid between a lower bound (the equation results,
+whole) and the least-peak schedule's peak (galloping down, then bisection), independently
+of the budget asked for, and named in InfeasibleBudget; any budget at or above it fits.
 
 Everything a budget probe needs that does not depend on the budget is remembered per
 forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
