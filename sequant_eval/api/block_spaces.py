@@ -25,10 +25,10 @@ class Shifted:
     takes_ranges = True
 
     def __init__(self, name: str, value: object, parent: str, shifts: Mapping[str, int],
-                 extents: Mapping[str, int], ranged: bool | None = None) -> None:
+                 extents: Mapping[str, int]) -> None:
         self.name, self.value, self.parent = name, value, parent
         self.shifts, self.extents = dict(shifts), extents
-        self._ranged = (callable(value) and takes_ranges(value)) if ranged is None else ranged
+        self._ranged = callable(value) and takes_ranges(value)
 
     def __call__(self, spaces: tuple[str, ...], ranges):
         plain = tuple(self.parent if s in self.shifts else s for s in spaces)

@@ -51,7 +51,6 @@ from ..expr.index import mode_space
 from ..expr.stages import as_equations
 from ..forest.build import mode_extent
 from ..runtime.program import reserve_bound
-from ..runtime.sources import takes_ranges
 from ..units import format_bytes
 from .block_spaces import Shifted, check_inputs, group_indices, respaced
 from .evaluator import Evaluator
@@ -433,14 +432,12 @@ class SymmetricSum:
         ranges = self._ranges(self.block)
         sums: dict[str, object] = {}
         peak, flops = 0, 0.0
-        ranged = {name: callable(value) and takes_ranges(value)      # asked once, not
-                  for name, value in tensors.items()}                 # per tuple
         for k, j in part:
             ev, spaces, tuples = kinds[k]
             t = tuples[j]
             shifts = {space: ranges[b][0] for space, b in zip(spaces, t)}
-            given = {name: Shifted(name, value, self.space, shifts, self.extents,
-                                   ranged[name]) for name, value in tensors.items()}
+            given = {name: Shifted(name, value, self.space, shifts, self.extents)
+                     for name, value in tensors.items()}
             out, meter = ev.evaluate(given, backend, return_meter=True)
             weight = orbit_size(t)
             for name in self.outputs:           # in place: no result-sized temporary

@@ -53,12 +53,14 @@ def _is_arraylike(x: object) -> bool:
 def takes_ranges(fn: Callable) -> bool:
     """Whether a provider accepts ``(spaces, ranges)`` (else only ``spaces``); a provider
     may say so itself (a boolean attribute ``takes_ranges``: no signature inspected). The
-    answer for a function, or for the methods of one function, is remembered."""
+    answer for a function, for the methods of one function, or for the instances of a
+    class with ``__call__``, is remembered."""
     declared = getattr(fn, "takes_ranges", None)
     if isinstance(declared, bool):
         return declared
-    bound = inspect.ismethod(fn)
-    key = fn.__func__ if bound else fn
+    bound = not inspect.isfunction(fn)           # a method, or an instance: self bound
+    key = fn.__func__ if inspect.ismethod(fn) else fn if not bound else getattr(
+        type(fn), "__call__", None)
     known = _SIGNATURES[bound]
     if inspect.isfunction(key) and key in known:
         return known[key]
@@ -75,7 +77,8 @@ def takes_ranges(fn: Callable) -> bool:
     return got
 
 
-#: takes_ranges' answers: [for functions, for methods (by their function)].
+#: takes_ranges' answers: [for functions, for methods and callable instances (by
+#: their function)].
 _SIGNATURES = (weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary())
 
 
