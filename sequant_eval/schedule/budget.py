@@ -109,17 +109,7 @@ class _Fitting:
 
     def analyze(self, plan: BatchPlan) -> ScheduleAnalysis:
         """The schedule of ``plan`` (the last few are remembered)."""
-        key = _signature(plan)
-        got = self.kept.pop(key, None)
-        if got is None:
-            got = analyze_schedule(self.forest, plan)
-            self.verdicts[key] = _verdict(got)
-        self.kept[key] = got
-        if got.plan is not plan:          # the same loops, planned under another budget
-            got = replace(got, plan=plan)
-        while len(self.kept) > 2:
-            del self.kept[next(iter(self.kept))]
-        return got
+        return self._analysis(plan, analyze_schedule)
 
     def verdict(self, plan: BatchPlan) -> _Verdict:
         """The verdict on ``plan``, scheduling it only if it is new."""
@@ -130,19 +120,26 @@ class _Fitting:
         """``verdict``, or None where every fusion the rules allow cannot be sequenced
         (``analyze_greedy``: the fusions are not retried one by one)."""
         key = _signature(plan)
-        if key in self.verdicts or key in self.kept:
-            return self.verdict(plan)
-        if key in self.refused:
-            return None
-        got = analyze_greedy(self.forest, plan)
-        if got is None:
+        if key in self.verdicts or key in self.refused:
+            return self.verdicts.get(key)
+        if self._analysis(plan, analyze_greedy) is None:
             self.refused.add(key)
-            return None
-        self.verdicts[key] = _verdict(got)
+        return self.verdicts.get(key)
+
+    def _analysis(self, plan: BatchPlan, schedule) -> ScheduleAnalysis | None:
+        """``schedule(forest, plan)`` (None passed through), its verdict recorded and the
+        last two analyses kept."""
+        key = _signature(plan)
+        got = self.kept.pop(key, None)
+        if got is None:
+            got = schedule(self.forest, plan)
+            if got is None:
+                return None
+            self.verdicts[key] = _verdict(got)
         self.kept[key] = got
         while len(self.kept) > 2:
             del self.kept[next(iter(self.kept))]
-        return self.verdicts[key]
+        return got if got.plan is plan else replace(got, plan=plan)   # same loops, another budget
 
 
 def _signature(plan: BatchPlan) -> tuple:
