@@ -426,7 +426,7 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
 
 
 def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
-                  alone: frozenset[int]) -> _UnionFind:
+                  alone: frozenset[int], first: tuple | None = None) -> _UnionFind:
     """Greedy fusion in which every kept fusion leaves ``ok`` true (the schedule stays
     sequencable), found by bisection instead of checking each fusion: fuse everything the
     rules allow; if the result is not ``ok``, find the first kept fusion after which it is
@@ -434,16 +434,22 @@ def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
     result as checking each kept fusion as it is made wherever a state that is not ``ok``
     stays so as fusions are added; ``ok`` runs about log2(fusions) times per refusal.
     After a refusal fusion resumes at the refused fusion's form from the state before it:
-    the fusions before it are the ones a fresh pass would keep again."""
+    the fusions before it are the ones a fresh pass would keep again. ``first``: the
+    unchecked pass from ``start`` already made and found not ``ok`` (its state and kept
+    fusions), not made again."""
     if not ok(start):                   # (rare) check each fusion as it is made
         return _fuse(forms, loops, ok, start, alone)
     veto: set = set()
     base, begin = start, 0              # an ok state, and the form fusion resumes at
     while True:
-        kept: list = []
-        uf = _fuse(forms, loops, lambda uf: True, base, alone, frozenset(veto), kept, begin)
-        if not kept or ok(uf):
-            return uf
+        if first is not None:
+            (uf, kept), first = first, None
+        else:
+            kept = []
+            uf = _fuse(forms, loops, lambda uf: True, base, alone, frozenset(veto), kept,
+                       begin)
+            if not kept or ok(uf):
+                return uf
         lo, hi = 0, len(kept)           # after lo fusions ok (0: base); after hi not
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -490,13 +496,15 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
 
     alone = frozenset(forest.values[s.value].entries[k].value for s in plan.sliced
                       for k in range(len(s.loops)))
-    rich = finish(_fuse(forms, loops, lambda uf: True, _tied(plan), alone))
+    kept: list = []
+    fused = _fuse(forms, loops, lambda uf: True, _tied(plan), alone, kept=kept)
+    rich = finish(fused)
     ordered = _ordered(rich)
-    if ordered is None and retry:
+    if ordered is None and retry and kept:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
         rich = finish(_fuse_checked(forms, loops, lambda uf: _sequencable(finish(uf)),
-                                    _tied(plan), alone))
+                                    _tied(plan), alone, (fused, kept)))
         ordered = _ordered(rich)
         if ordered is None:
             rich = finish(_tied(plan))
