@@ -194,11 +194,17 @@ def _has_cycle(edges, starts) -> bool:
     return any(n not in state and cyclic(n) for n in starts)
 
 
-def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
-              checker: _Checker) -> _UnionFind | None:
+def _pairs(a: Form, b: Form) -> list[tuple[int, int]]:
+    """The loops that fusing forms ``a`` and ``b`` unites, pair by pair."""
     pairs = list(zip(a.scope, b.scope)) + [(x, y) for (_, x), (_, y) in zip(a.sliced, b.sliced)]
     pairs += list(zip(a.partial, b.partial))
     pairs += list(zip(a.span, b.span))
+    return pairs
+
+
+def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
+              checker: _Checker) -> _UnionFind | None:
+    pairs = _pairs(a, b)
     trial = uf.copy()
     for x, y in pairs:
         lx, ly = loops[x], loops[y]
@@ -390,8 +396,9 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
     Loops of the terms in ``alone`` (the terms of sliced inner sums) are not fused with
     other terms' loops: inside the tied loop each term's batch is added into the inner
     sum as soon as it is made, not held until a fused block has made its neighbours'.
-    ``veto``: (form, other) pairs not to fuse; ``kept``, when given, receives
-    ((form, other), state after it) for every fusion kept, in order. ``begin``: the forms
+    ``veto``: (form, other) pairs not to fuse; ``kept``, when given, receives (form, other)
+    for every fusion kept, in order (``_replayed`` makes the state after any of them).
+    ``begin``: the forms
     before it are only seen, not fused (``start`` is what fusing them gave)."""
     uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
     checker = canon = None                 # made when a first pair of forms is compared
@@ -419,7 +426,7 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
                 canon.fused(uf, trial)
                 uf = trial
                 if kept is not None:
-                    kept.append(((form.id, other.id), trial))
+                    kept.append((form.id, other.id))
                 break
         seen[_shape(form)].append(form)
     return uf
@@ -453,13 +460,23 @@ def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
         lo, hi = 0, len(kept)           # after lo fusions ok (0: base); after hi not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if ok(kept[mid - 1][1]):
+            if ok(_replayed(forms, base, kept[:mid])):
                 lo = mid
             else:
                 hi = mid
-        veto.add(kept[hi - 1][0])
-        base = kept[hi - 2][1] if hi >= 2 else base
-        begin = kept[hi - 1][0][0]
+        veto.add(kept[hi - 1])
+        base = _replayed(forms, base, kept[: hi - 1])
+        begin = kept[hi - 1][0]
+
+
+def _replayed(forms: list[Form], start: _UnionFind, fusions) -> _UnionFind:
+    """``start`` with the fusions (form, other) made in turn: the state ``_fuse`` reached
+    after them (rebuilt rather than kept, so a pass holds one state, not one per fusion)."""
+    uf = start.copy()
+    for a, b in fusions:
+        for x, y in _pairs(forms[a], forms[b]):
+            uf.union(x, y)
+    return uf
 
 
 def _ordered(rich: RichSchedule):
