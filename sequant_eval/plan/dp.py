@@ -152,10 +152,11 @@ class TermDP:
         return got
 
     def _sliced_mask(self, n: int, chain: tuple[int, ...]) -> int:
+        """The labels of node n (every label: n = -1) that ``chain`` slices, as a mask."""
         m = 0
         for i in chain:
             m |= self._obit[i]
-        return m & self._mask[n]
+        return m & self._mask[n] if n >= 0 else m
 
     def _prefix(self, chain: tuple[int, ...], mask: int) -> tuple[int, ...]:
         for k in range(len(chain) - 1, -1, -1):
@@ -214,21 +215,29 @@ class TermDP:
         """What node n adds when it opens ``opens`` under ``ctx``, whichever child runs
         first and however the children are realized: (depth, accumulators, per-batch part,
         flops), as ``node_profile`` takes them."""
-        chain = ctx + opens
-        part = self._footprint(n, self._sliced_mask(n, chain))
+        return self._terms(n, ctx, self._sliced_mask(-1, ctx), opens)[:4]
+
+    def _terms(self, n: int, ctx: tuple[int, ...], within: int, opens: tuple[int, ...]
+               ) -> tuple[int, tuple[int, ...], int, int, int]:
+        """``_node_terms`` from the mask of ``ctx``'s labels (``within``), and the mask of
+        the whole chain's."""
         # after the j-th own loop closes the node exists in this form, allocated when that
         # block opens; consecutive external loops scatter jointly into one destination
-        depth = len(ctx)
-        accs = tuple(0 if j and self._oext[opens[j - 1]] and self._oext[opens[j]]
-                     else self._footprint(n, self._sliced_mask(n, chain[: depth + j]))
-                     for j in range(len(opens)))
+        mine, oext, obit = self._mask[n], self._oext, self._obit
+        accs, outer, mask = [], False, within
+        for o in opens:
+            ext = oext[o]
+            accs.append(0 if outer and ext else self._footprint(n, mask & mine))
+            outer = ext
+            mask |= obit[o]
+        part = self._footprint(n, mask & mine)
         if opens and n == self.tree.root and not ctx:
             # a term result assembled at top level is added into its equation's sum batch by
             # batch (schedule/peak.py, folded_into): no destination of its own
-            accs = (0,) + accs[1:]
+            accs[0] = 0
         if opens and self.policy.accumulation_factor != 1.0:
             part = int(part * self.policy.accumulation_factor)
-        return depth, accs, part, self._flops(n, chain)
+        return len(ctx), tuple(accs), part, self._flops(n, ctx + opens), mask
 
     def profile_of(self, config: dict[int, tuple[tuple[Open, ...], int]],
                    n: int | None = None, ctx: tuple[Open, ...] = ()) -> Profile:
@@ -298,10 +307,11 @@ class TermDP:
         # outside their own level: what ``_bounded_out`` compares an option's bound with
         front: list[tuple] = []
         least = self._subtree_flops(u) + self._subtree_flops(v)
+        within = self._sliced_mask(-1, ctx)
         for opens in options:
             chain = ctx + opens
-            depth, accs, part, flops = self._node_terms(n, ctx, opens)
-            if front and self._bounded_out(front, u, v, chain, accs, part, flops + least,
+            depth, accs, part, flops, mask = self._terms(n, ctx, within, opens)
+            if front and self._bounded_out(front, u, v, mask, accs, part, flops + least,
                                            len(opens)):
                 continue
             inner = depth + len(accs)
@@ -320,23 +330,23 @@ class TermDP:
         self.memo[key] = result
         return result
 
-    def _bounded_out(self, front: list[tuple], u: int, v: int, chain: tuple[int, ...],
+    def _bounded_out(self, front: list[tuple], u: int, v: int, mask: int,
                      accs: tuple[int, ...], part: int, flops: int, nloops: int) -> bool:
         """Whether a realization found earlier dominates every realization of an option
-        (its children ``u``, ``v`` under ``chain``), told before the children are solved
-        under it. Every one of the option's realizations has at least ``flops`` (the node's
-        and each child contraction once), ``nloops`` loops, its result (``accs[0]`` or
-        ``part``: fixed by the option) and, at its own level, a peak of at least both
-        children's results (as sliced by the chain) with its per-batch part and
-        accumulators; at the outer levels and in what it holds there, at least 0. So a
-        realization found earlier that holds nothing outside its own level and is no worse
-        in those four numbers dominates them all. It also sorts before them at a tie, so
-        the Pareto set is the same as without the test (transitivity: what would drop
-        them drops it first). On CCSDT the test skips half the options and halves the
-        DP's time."""
+        (its children ``u``, ``v`` under a chain slicing the labels in ``mask``), told
+        before the children are solved under it. Every one of the option's realizations
+        has at least ``flops`` (the node's and each child contraction once), ``nloops``
+        loops, its result (``accs[0]`` or ``part``: fixed by the option) and, at its own
+        level, a peak of at least both children's results (as sliced by the chain) with
+        its per-batch part and accumulators; at the outer levels and in what it holds
+        there, at least 0. So a realization found earlier that holds nothing outside its
+        own level and is no worse in those four numbers dominates them all. It also sorts
+        before them at a tie, so the Pareto set is the same as without the test
+        (transitivity: what would drop them drops it first). On CCSDT the test skips half
+        the options and the DP takes a third of its time."""
         res = accs[0] if accs else part
-        top = (self._footprint(u, self._sliced_mask(u, chain))
-               + self._footprint(v, self._sliced_mask(v, chain)) + part + sum(accs))
+        top = (self._footprint(u, mask & self._mask[u])
+               + self._footprint(v, mask & self._mask[v]) + part + sum(accs))
         for kf, kn, kr, kt in front:
             if kf <= flops and kn <= nloops and kr <= res and kt <= top:
                 return True
