@@ -4,12 +4,8 @@ Every form gets a static point: the position at which a demand-driven walk of th
 (equations in order, sum entries in order, operands in the planned child order) first
 completes it; for no loops this is exactly the unbatched walk. Loops of different terms
 are fused into one physical loop when they slice the same form in the same way, so the
-form is built once per batch for all its users. A fusion is refused when it would
-
-  (a) give one loop two modes of one form (or put a loop twice in one nest),
-  (b) put a reader inside the loop of a reduction it needs complete,
-  (c) join loops of different kind, space or block, or
-  (d) create a nesting cycle (loop A outside B in one nest, inside it in another).
+form is built once per batch for all its users, unless a rule of ``fusable`` refuses it
+or the schedule could not be sequenced.
 """
 from __future__ import annotations
 
@@ -17,34 +13,14 @@ from collections import defaultdict
 
 from ..errors import ScheduleError
 from ..forest.values import Forest
-from ..plan.loops import Loop, LoopKind
+from ..plan.loops import Loop
 from ..plan.planner import BatchPlan
 from .forms import Form, FormKind, build_forms, drop_unread, reachable
+from .fusable import Checker, UnionFind, pairs_of, try_fuse
 from .ordered import build_ordered_schedule
 from .rich import RichSchedule, readers_and_order
 
 __all__ = ["compute_dag_boulevard"]
-
-
-class _UnionFind:
-    def __init__(self, ids) -> None:
-        self.parent = {i: i for i in ids}
-
-    def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a: int, b: int) -> None:
-        a, b = self.find(a), self.find(b)
-        if a != b:
-            self.parent[max(a, b)] = min(a, b)
-
-    def copy(self) -> _UnionFind:
-        out = _UnionFind(())
-        out.parent = dict(self.parent)
-        return out
 
 
 def _key(form: Form, find, canon: list[int], alias: dict[int, int]) -> tuple[tuple, tuple]:
@@ -61,7 +37,7 @@ def _key(form: Form, find, canon: list[int], alias: dict[int, int]) -> tuple[tup
     return key, operands
 
 
-def _canonical(forms: list[Form], uf: _UnionFind) -> tuple[list[int], list[Form]]:
+def _canonical(forms: list[Form], uf: UnionFind) -> tuple[list[int], list[Form]]:
     """Rewrite forms with surviving loop ids, merge the ones that became equal.
 
     With no loop fused the forms are already canonical (``build_forms`` shares and drops
@@ -119,7 +95,7 @@ class _SharedFetches:
                      if o in self.bare else o for o in operands)
 
 
-def _canonical_ids(forms: list[Form], uf: _UnionFind) -> list[int]:
+def _canonical_ids(forms: list[Form], uf: UnionFind) -> list[int]:
     """``_canonical(forms, uf)[0]`` without building the rewritten forms: the same keys as
     tuples (fusion compares operands by these ids after every fusion it keeps)."""
     f = uf.find
@@ -153,212 +129,19 @@ def _drop_unread(canon: list[int], forms: list[Form]) -> tuple[list[int], list[F
     return [new.get(c, -1) for c in canon], out
 
 
-def _violates(forms: list[Form], loops: tuple[Loop, ...], uf: _UnionFind) -> bool:
-    f = uf.find
-    readers: dict[int, list[Form]] = defaultdict(list)
-    edges: dict[int, set[int]] = defaultdict(set)
-    for form in forms:
-        nest = [f(l) for l in form.scope]
-        sliced = [f(l) for _, l in form.sliced]
-        if len(set(nest)) != len(nest) or len(set(sliced)) != len(sliced):
-            return True                                              # (a)
-        span = [f(l) for l in form.span]
-        if set(span) & set(nest) or len(set(span)) != len(span):
-            return True                                              # (a)
-        for a, b in zip(nest, nest[1:] + span):
-            edges[a].add(b)
-        for o in form.operands:
-            readers[o].append(form)
-        if form.source >= 0:
-            readers[form.source].append(form)
-    for form in forms:                                               # (b)
-        if form.kind is FormKind.ASSEMBLE and loops[form.via].kind is LoopKind.CONTRACTED:
-            if any(f(form.via) in {f(l) for l in r.scope} for r in readers[form.id]):
-                return True
-    return _has_cycle(edges, list(edges))                            # (d)
-
-
-def _has_cycle(edges, starts) -> bool:
-    """Whether the directed graph ``edges`` (node → successors) has a cycle reachable from
-    one of ``starts`` (depth-first, grey/black marks)."""
-    state: dict[int, int] = {}
-
-    def cyclic(n: int) -> bool:
-        state[n] = 1
-        for m in edges[n]:
-            if state.get(m) == 1 or (m not in state and cyclic(m)):
-                return True
-        state[n] = 2
-        return False
-
-    return any(n not in state and cyclic(n) for n in starts)
-
-
-def _pairs(a: Form, b: Form) -> list[tuple[int, int]]:
-    """The loops that fusing forms ``a`` and ``b`` unites, pair by pair."""
-    pairs = list(zip(a.scope, b.scope)) + [(x, y) for (_, x), (_, y) in zip(a.sliced, b.sliced)]
-    pairs += list(zip(a.partial, b.partial))
-    pairs += list(zip(a.span, b.span))
-    return pairs
-
-
-def _try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: _UnionFind,
-              checker: _Checker) -> _UnionFind | None:
-    pairs = _pairs(a, b)
-    trial = uf.copy()
-    for x, y in pairs:
-        lx, ly = loops[x], loops[y]
-        if (lx.kind, lx.space, lx.block) != (ly.kind, ly.space, ly.block):   # (c)
-            return None
-        trial.union(x, y)
-    if all(uf.find(x) == uf.find(y) for x, y in pairs):
-        return None                       # nothing new to fuse
-    return None if checker.violates(uf, trial, pairs) else trial
-
-
 def _shape(form: Form) -> tuple:
     return (form.kind, form.value, tuple(p for p, _ in form.sliced), len(form.partial),
             len(form.scope), len(form.span))
 
 
-def _tied(plan: BatchPlan) -> _UnionFind:
+def _tied(plan: BatchPlan) -> UnionFind:
     """Every loop its own, but the loops an inner sum is sliced by: one (``plan.sliced``)."""
-    uf = _UnionFind(l.id for l in plan.loops)
+    uf = UnionFind(l.id for l in plan.loops)
     for s in plan.sliced:
         for lids in s.loops[1:]:
             for a, b in zip(s.loops[0], lids):
                 uf.union(a, b)
     return uf
-
-
-class _Checker:
-    """``_violates`` for a fusion on top of a state that does not violate, touching only
-    what the fusion changes.
-
-    A new violation of (a) or (b) needs two loops newly in one class, so one of them
-    changed its representative: only the forms that involve a changed loop, and for (b)
-    their readers and what they read, are looked at. (d) runs on the distinct (outer, inner)
-    loop pairs of all nests, mapped through the trial: a few hundred pairs, not every form.
-    The result is ``_violates(forms, loops, trial)`` whenever ``_violates(forms, loops,
-    uf)`` is False (a property test checks it against the full rule). When a fusion is
-    kept, the maps move only the loops whose representative changed (``_advance``): on a
-    schedule of 445 loops and 208 fusions, 27,000 look-ups of a representative instead of
-    304,000."""
-
-    def __init__(self, forms: list[Form], loops: tuple[Loop, ...], start: _UnionFind) -> None:
-        self.forms = forms
-        self.loops = loops
-        self.uses: dict[int, list[int]] = defaultdict(list)
-        self.readers: dict[int, list[int]] = defaultdict(list)
-        pairs: set[tuple[int, int]] = set()
-        for form in forms:
-            for l in form.loops():
-                self.uses[l].append(form.id)
-            for o in form.operands:
-                self.readers[o].append(form.id)
-            if form.source >= 0:
-                self.readers[form.source].append(form.id)
-            nest = list(form.scope)
-            pairs.update(zip(nest, nest[1:] + list(form.span)))
-        self.pairs = sorted(pairs)
-        self.broken = _violates(forms, loops, start)   # then every fusion is refused
-        self._of: _UnionFind | None = None
-        self._last: tuple[_UnionFind, dict[int, int]] | None = None   # trial, its merges
-
-    def _contracted_assemble(self, fid: int) -> bool:
-        form = self.forms[fid]
-        return form.kind is FormKind.ASSEMBLE and self.loops[form.via].kind is LoopKind.CONTRACTED
-
-    def _state(self, uf: _UnionFind) -> None:
-        """Per state (it changes only when a fusion is kept): each loop's representative,
-        each class's members, and the nest pairs between classes. A state that is the last
-        trial passed (``moved``) is reached from the one before by moving only the loops
-        whose representative changed."""
-        if self._of is uf:
-            return
-        if self._last is not None and self._last[0] is uf and self._of is not None:
-            self._advance(uf, self._last[1])
-            return
-        self._of = uf
-        self.root = {l: uf.find(l) for l in uf.parent}
-        self.members: dict[int, list[int]] = defaultdict(list)
-        for l, r in self.root.items():
-            self.members[r].append(l)
-        root = self.root
-        self.edges = sorted({(root[a], root[b]) for a, b in self.pairs})
-        self.class_forms: dict[int, frozenset[int]] = {}
-
-    def _advance(self, uf: _UnionFind, merged: dict[int, int]) -> None:
-        """``_state(uf)`` from the current state, ``merged`` mapping each class that
-        joined another to the new representative: the same maps, built in the time the
-        moved loops take rather than all of them."""
-        self._of = uf
-        root, members, forms_of = self.root, self.members, self.class_forms
-        for old, new in merged.items():
-            moved = members.pop(old)
-            for l in moved:
-                root[l] = new
-            members[new].extend(moved)
-            forms_of.pop(old, None)
-            forms_of.pop(new, None)
-        self.edges = sorted({(merged.get(a, a), merged.get(b, b)) for a, b in self.edges})
-
-    def moved(self, trial: _UnionFind) -> list[int]:
-        """The loops whose representative ``trial`` (the last trial ``violates`` passed)
-        changes."""
-        assert self._last is not None and self._last[0] is trial
-        return [l for old in self._last[1] for l in self.members[old]]
-
-    def _forms_of(self, r: int) -> frozenset[int]:
-        """The forms involving a loop of class ``r`` in the current state (remembered until
-        a fusion is kept: most trials re-read the same large classes)."""
-        got = self.class_forms.get(r)
-        if got is None:
-            uses = self.uses
-            got = self.class_forms[r] = frozenset(
-                fid for l in self.members[r] for fid in uses.get(l, ()))
-        return got
-
-    def violates(self, uf: _UnionFind, trial: _UnionFind, pairs) -> bool:
-        """``_violates(forms, loops, trial)`` for ``trial``: ``uf`` with ``pairs`` united."""
-        if self.broken:
-            return True
-        self._state(uf)
-        root, f = self.root, trial.find
-        merged = {}                        # old representative → new, where it changed
-        for x, y in pairs:
-            for r in (root[x], root[y]):
-                new = f(r)
-                if new != r:
-                    merged[r] = new
-        self._last = (trial, merged)
-        touched = sorted(frozenset().union(*(self._forms_of(r) for r in merged)))
-        forms = self.forms
-        for fid in touched:                                          # (a)
-            form = forms[fid]
-            nest = [f(l) for l in form.scope]
-            sliced = [f(l) for _, l in form.sliced]
-            if len(set(nest)) != len(nest) or len(set(sliced)) != len(sliced):
-                return True
-            span = [f(l) for l in form.span]
-            if set(span) & set(nest) or len(set(span)) != len(span):
-                return True
-        for fid in touched:                                          # (b)
-            form = forms[fid]
-            if self._contracted_assemble(fid):
-                via = f(form.via)
-                if any(via in {f(l) for l in forms[r].scope} for r in self.readers[fid]):
-                    return True
-            scope = {f(l) for l in form.scope}
-            for o in form.operands + ((form.source,) if form.source >= 0 else ()):
-                if self._contracted_assemble(o) and f(forms[o].via) in scope:
-                    return True
-        # (d): the state's class graph has no cycle, so a new one passes through a class
-        # that grew; search from those
-        edges: dict[int, set[int]] = defaultdict(set)
-        for a, b in self.edges:
-            edges[merged.get(a, a)].add(merged.get(b, b))
-        return _has_cycle(edges, sorted(set(merged.values())))
 
 
 class _Canon:
@@ -368,7 +151,7 @@ class _Canon:
     that suffix of the prefix is recomputed, and forms are keyed only as far as the walk
     has reached."""
 
-    def __init__(self, forms: list[Form], uf: _UnionFind) -> None:
+    def __init__(self, forms: list[Form], uf: UnionFind) -> None:
         self.forms = forms
         self.uf = uf
         self.first: dict[int, int] = {}            # loop → first form involving it
@@ -403,7 +186,7 @@ class _Canon:
             canon.append(k)
         return canon
 
-    def fused(self, new: _UnionFind, changed: list[int]) -> None:
+    def fused(self, new: UnionFind, changed: list[int]) -> None:
         """Move to ``new`` (a fusion kept, ``changed`` the loops whose representative it
         changed): forget the forms from the first one that involves one of them."""
         self.uf = new
@@ -419,9 +202,9 @@ class _Canon:
             del self.alias[k]
 
 
-def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
+def _fuse(forms: list[Form], loops, accept, start: UnionFind | None = None,
           alone: frozenset[int] = frozenset(), veto: frozenset = frozenset(),
-          kept: list | None = None, begin: int = 0) -> _UnionFind:
+          kept: list | None = None, begin: int = 0) -> UnionFind:
     """Greedy fusion in form order; ``accept`` may veto a fusion the cheap checks allow.
     Loops of the terms in ``alone`` (the terms of sliced inner sums) are not fused with
     other terms' loops: inside the tied loop each term's batch is added into the inner
@@ -430,7 +213,7 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
     for every fusion kept, in order (``_replayed`` makes the state after any of them).
     ``begin``: the forms
     before it are only seen, not fused (``start`` is what fusing them gave)."""
-    uf = start.copy() if start is not None else _UnionFind(l.id for l in loops)
+    uf = start.copy() if start is not None else UnionFind(l.id for l in loops)
     checker = canon = None                 # made when a first pair of forms is compared
     seen: dict[tuple, list[Form]] = defaultdict(list)
     for form in forms:
@@ -445,13 +228,13 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
             if (form.id, other.id) in veto:
                 continue
             if canon is None:
-                checker, canon = _Checker(forms, loops, uf), _Canon(forms, uf)
+                checker, canon = Checker(forms, loops, uf), _Canon(forms, uf)
             ids = canon.ids(form.id)
             if [ids[o] for o in other.operands] != [ids[o] for o in form.operands]:
                 continue
             if other.source >= 0 and ids[other.source] != ids[form.source]:
                 continue
-            trial = _try_fuse(form, other, loops, uf, checker)
+            trial = try_fuse(form, other, loops, uf, checker)
             if trial is not None and accept(trial):
                 canon.fused(trial, checker.moved(trial))
                 uf = trial
@@ -462,8 +245,8 @@ def _fuse(forms: list[Form], loops, accept, start: _UnionFind | None = None,
     return uf
 
 
-def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
-                  alone: frozenset[int], first: tuple | None = None) -> _UnionFind:
+def _fuse_checked(forms: list[Form], loops, ok, start: UnionFind,
+                  alone: frozenset[int], first: tuple | None = None) -> UnionFind:
     """Greedy fusion in which every kept fusion leaves ``ok`` true (the schedule stays
     sequencable), found by bisection instead of checking each fusion: fuse everything the
     rules allow; if the result is not ``ok``, find the first kept fusion after which it is
@@ -499,12 +282,12 @@ def _fuse_checked(forms: list[Form], loops, ok, start: _UnionFind,
         begin = kept[hi - 1][0]
 
 
-def _replayed(forms: list[Form], start: _UnionFind, fusions) -> _UnionFind:
+def _replayed(forms: list[Form], start: UnionFind, fusions) -> UnionFind:
     """``start`` with the fusions (form, other) made in turn: the state ``_fuse`` reached
     after them (rebuilt rather than kept, so a pass holds one state, not one per fusion)."""
     uf = start.copy()
     for a, b in fusions:
-        for x, y in _pairs(forms[a], forms[b]):
+        for x, y in pairs_of(forms[a], forms[b]):
             uf.union(x, y)
     return uf
 
@@ -538,7 +321,7 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
 
-    def finish(uf: _UnionFind) -> RichSchedule:
+    def finish(uf: UnionFind) -> RichSchedule:
         return _finish(forest, forms, terms, loops, uf)
 
     alone = frozenset(forest.values[s.value].entries[k].value for s in plan.sliced
@@ -559,7 +342,7 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     return rich, ordered
 
 
-def _finish(forest: Forest, forms: list[Form], terms, loops, uf: _UnionFind) -> RichSchedule:
+def _finish(forest: Forest, forms: list[Form], terms, loops, uf: UnionFind) -> RichSchedule:
     canon, cforms = _canonical(forms, uf)
     alive = {uf.find(l.id) for l in loops}
     return _with_points(forest, cforms, {l: loops[l] for l in sorted(alive)},

@@ -22,7 +22,7 @@ from sequant_eval.plan.dp import TermDP, walk_first
 from sequant_eval.plan.planner import TermPlanner
 from sequant_eval.plan.profile import Profile, node_profile
 from sequant_eval.plan.sizes import Sizer
-from sequant_eval.schedule import boulevard
+from sequant_eval.schedule import boulevard, fusable
 from sequant_eval.schedule.analysis import term_peak
 from sequant_eval.schedule.budget import fit_forest, minimum_budget
 from sequant_eval.schedule.forms import build_forms
@@ -143,7 +143,7 @@ def test_fast_canonical_ids_are_the_rebuilt_ones(case, share, block):
     except se.InfeasibleBudget:
         return
     forms, _ = build_forms(forest, plan)
-    ident = boulevard._UnionFind(l.id for l in plan.loops)
+    ident = fusable.UnionFind(l.id for l in plan.loops)
     canon, out = boulevard._canonical(forms, ident)
     assert canon == list(range(len(forms))) and out == list(forms)
     fused = boulevard._fuse(forms, plan.loops, lambda uf: True)
@@ -154,7 +154,7 @@ def test_fast_canonical_ids_are_the_rebuilt_ones(case, share, block):
 def _slow_canonical(forms, uf):
     """``boulevard._canonical`` without its shortcut for an unfused forest."""
     parent = dict(uf.parent)
-    trick = boulevard._UnionFind(())
+    trick = fusable.UnionFind(())
     trick.parent = parent
     if all(trick.find(l) == l for l in parent):       # force the rewrite path
         sentinel = max(parent, default=-1) + 1

@@ -1,9 +1,9 @@
 """Loop fusion's fast paths against the plain rules they replace.
 
-Oracles: the greedy fusion written out with the full rule check (``boulevard._violates``
+Oracles: the greedy fusion written out with the full rule check (``fusable.violates``
 over every form for every candidate) and the canonical ids rebuilt from scratch after every
 kept fusion (``boulevard._canonical_ids``): the fast fusion (incremental canonical ids,
-``_Checker`` looking only at what a fusion changes) must keep exactly the same fusions;
+``fusable.Checker`` looking only at what a fusion changes) must keep exactly the same fusions;
 and the bisecting sequencability fallback (``_fuse_checked``) must keep what checking every
 fusion keeps.
 """
@@ -23,7 +23,7 @@ from sequant_eval.expr import parse
 from sequant_eval.forest import build_forest
 from sequant_eval.plan import BatchPlan, BatchPolicy
 from sequant_eval.plan.planner import TermPlanner
-from sequant_eval.schedule import boulevard
+from sequant_eval.schedule import boulevard, fusable
 from sequant_eval.schedule.analysis import term_peak
 from sequant_eval.schedule.forms import build_forms
 
@@ -35,7 +35,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
 def _reference_fuse(forms, loops, accept, start=None, alone=frozenset()):
     """The greedy fusion as it was: canonical ids rebuilt after every kept fusion, the
     full rule check per candidate."""
-    uf = start.copy() if start is not None else boulevard._UnionFind(l.id for l in loops)
+    uf = start.copy() if start is not None else fusable.UnionFind(l.id for l in loops)
     seen = defaultdict(list)
     canon = None
     for form in forms:
@@ -63,7 +63,7 @@ def _reference_fuse(forms, loops, accept, start=None, alone=frozenset()):
                 trial.union(x, y)
             if bad or all(uf.find(x) == uf.find(y) for x, y in pairs):
                 continue
-            if boulevard._violates(forms, loops, trial):
+            if fusable.violates(forms, loops, trial):
                 continue
             if accept(trial):
                 uf, canon = trial, None
@@ -116,7 +116,7 @@ def test_bisecting_fallback_keeps_what_checking_each_fusion_keeps(case, seed):
     number the unchecked fusion keeps (as in the schedules that need the fallback: a few
     fusions refused), so in every example one or two fusions are refused."""
     forms, loops = _plan(*case)
-    start = boulevard._UnionFind(l.id for l in loops)
+    start = fusable.UnionFind(l.id for l in loops)
     full = len(loops)
     most = full - len({boulevard._fuse(forms, loops, lambda uf: True).find(l.id)
                        for l in loops})
