@@ -190,6 +190,7 @@ class CoupledCluster:
         require_mean_field(mf)
         self.mf = mf
         self._integrals = self._program = None
+        self._program_options: tuple | None = None   # what the program was built with
         self._closed = False
         self._frozen = frozen
         self.budget = budget
@@ -362,7 +363,7 @@ class CoupledCluster:
         """The compiled residual (planned under the budget on first use, and again when
         ``packed_pairs`` or ``intermediates`` has changed since)."""
         options = (self.packed_pairs, self.intermediates)
-        if self._program is None or getattr(self, "_program_options", None) != options:
+        if self._program is None or self._program_options != options:
             ints, self._program_options = self.integrals, options
             plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
             if pairs is not None:                 # the ladder over packed pairs

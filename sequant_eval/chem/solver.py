@@ -36,6 +36,7 @@ from .diis import DIIS, HDF5DIIS, pulay_coefficients, slabs  # noqa: F401  (re-e
 
 __all__ = [
     "from_pyscf",
+    "real_amplitude",
     "IterationRecord",
     "CCResult",
     "SolverOptions",
@@ -439,17 +440,25 @@ def from_pyscf(name: str, x: Any, shape: tuple[int, ...]) -> np.ndarray:
     layout (:func:`swap_halves`); anything else is refused with a typed error."""
     if x is None or isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
         raise InputTypeError(f"amplitude {name} must be an array, got {type(x).__name__}")
-    a = np.asarray(x)
-    if a.dtype.kind not in "iuf":
-        why = ("the reference's orbitals are real: give real amplitudes"
-               if a.dtype.kind == "c" else "give integer or floating-point numbers")
-        raise InputTypeError(f"amplitude {name} has elements of type {a.dtype}; {why}")
+    a = real_amplitude(f"amplitude {name}", x)
     n = len(shape) // 2
     want = tuple(shape[n:]) + tuple(shape[:n])
     if a.shape != want:
         raise ShapeMismatch(f"amplitude {name} must have shape {want} (PySCF's layout, "
                             f"occupied slots first), got {a.shape}")
     return swap_halves(a)
+
+
+def real_amplitude(what: str, x: Any) -> np.ndarray:
+    """``x`` as an array of real numbers (integers or floats), else InputTypeError naming
+    ``what``: the references' orbitals are real, and booleans or objects are no amplitudes."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "iuf":
+        why = ("the reference's orbitals are real: give real amplitudes"
+               if a.dtype.kind == "c" else "give integer or floating-point numbers")
+        raise InputTypeError(f"{what} has elements of type {a.dtype}; real numeric "
+                             f"amplitudes are needed ({why})")
+    return a
 
 
 def swap_halves(x: np.ndarray) -> np.ndarray:

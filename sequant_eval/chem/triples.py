@@ -26,10 +26,10 @@ from ..api import Evaluator
 from ..api.staged import StagedReport
 from ..api.symmetric import SymmetricReport, SymmetricSum
 from ..budget import Budget
-from ..errors import (InfeasibleBudget, InputTypeError, ShapeMismatch, UnsupportedFeature,
-                      UsageError)
+from ..errors import InfeasibleBudget, ShapeMismatch, UnsupportedFeature, UsageError
 from ..units import format_bytes
 from .denominators import OrbitalDenominator
+from .solver import real_amplitude
 from .triples_text import (FACTORED_FILES, STACKED, SYMMETRIC_FILES, SYMMETRIC_GROUP,
                            TRIPLES_FILES, checked_kind, factored_equations, factored_text,
                            stacked_extents, symmetric_equations, symmetric_text,
@@ -185,20 +185,17 @@ def triples_tensors(ints: Any, t1: Any, t2: Any, kind: str = "closed-shell",
     ``form`` (the default of the kinds that have one), its stacked operands too
     (:data:`~sequant_eval.chem.triples_text.STACKED`, made here, before any evaluation)."""
     blocks = _AMPLITUDES[checked_kind(kind)]
+    takes = ("the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, t2ab, t2bb), PySCF "
+             "UCCSD's tuples; got ")
     if kind == "unrestricted" and not all(isinstance(t, (tuple, list)) for t in (t1, t2)):
-        raise ShapeMismatch("the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, "
-                            "t2ab, t2bb), PySCF UCCSD's tuples; got arrays")
+        raise ShapeMismatch(takes + "arrays")
     given = (tuple(t1) + tuple(t2)) if kind == "unrestricted" else (t1, t2)
     if len(given) != len(blocks):
-        raise ShapeMismatch(f"the unrestricted (T) takes t1 = (t1a, t1b) and t2 = (t2aa, "
-                            f"t2ab, t2bb), PySCF UCCSD's tuples; got {len(given)} arrays")
+        raise ShapeMismatch(takes + f"{len(given)} arrays")
     out = dict(ints.tensors())
     spaces = sorted({s for _, layout in blocks for s in layout})
     for (name, layout), value in zip(blocks, given):
-        dtype = np.asarray(value).dtype
-        if dtype.kind not in "iuf":
-            raise InputTypeError(f"(T) needs real numeric amplitudes; {name} has elements of "
-                                 f"type {dtype}")
+        real_amplitude(f"(T) amplitude {name}", value)
         shape = tuple(ints.extents[s] for s in layout)
         if np.shape(value) != shape:
             raise ShapeMismatch(f"(T) needs {name} of shape {shape} (PySCF's layout, "

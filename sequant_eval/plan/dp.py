@@ -151,12 +151,15 @@ class TermDP:
             got = self._footprints[key] = footprint_bytes(sizes, self.sizer.itemsize)
         return got
 
-    def _sliced_mask(self, n: int, chain: tuple[int, ...]) -> int:
-        """The labels of node n (every label: n = -1) that ``chain`` slices, as a mask."""
+    def _chain_mask(self, chain: tuple[int, ...]) -> int:
+        """The labels ``chain``'s loops run over, as a mask."""
         m = 0
         for i in chain:
             m |= self._obit[i]
-        return m & self._mask[n] if n >= 0 else m
+        return m
+
+    def _sliced_mask(self, n: int, chain: tuple[int, ...]) -> int:
+        return self._chain_mask(chain) & self._mask[n]
 
     def _prefix(self, chain: tuple[int, ...], mask: int) -> tuple[int, ...]:
         for k in range(len(chain) - 1, -1, -1):
@@ -215,7 +218,7 @@ class TermDP:
         """What node n adds when it opens ``opens`` under ``ctx``, whichever child runs
         first and however the children are realized: (depth, accumulators, per-batch part,
         flops), as ``node_profile`` takes them."""
-        return self._terms(n, ctx, self._sliced_mask(-1, ctx), opens)[:4]
+        return self._terms(n, ctx, self._chain_mask(ctx), opens)[:4]
 
     def _terms(self, n: int, ctx: tuple[int, ...], within: int, opens: tuple[int, ...]
                ) -> tuple[int, tuple[int, ...], int, int, int]:
@@ -307,7 +310,7 @@ class TermDP:
         # outside their own level: what ``_bounded_out`` compares an option's bound with
         front: list[tuple] = []
         least = self._subtree_flops(u) + self._subtree_flops(v)
-        within = self._sliced_mask(-1, ctx)
+        within = self._chain_mask(ctx)
         for opens in options:
             chain = ctx + opens
             depth, accs, part, flops, mask = self._terms(n, ctx, within, opens)
