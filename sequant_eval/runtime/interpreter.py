@@ -25,16 +25,21 @@ from .program import Block, LoopProgram, resolve, symbolic
 __all__ = ["run_program"]
 
 
+#: ``_Tables.flags`` per node: not run (unreachable from the roots), run as built, or
+#: run with its shapes and parameters resolved against the current batch.
+_DEAD, _RUN, _RESOLVE = 0, 1, 2
+
+
 @dataclass(frozen=True)
 class _Tables:
-    """What the walk needs, made once per program: nodes to run, nodes to resolve per
-    batch, and per reader what to let go after it: ``(node, depth, ...)`` pairs, flat —
-    a version to forget (``node``) or a buffer to release (``~node``), once every block of
-    the reader's chain from ``depth`` on is in its last batch."""
+    """What the walk needs, made once per program, indexed by node (a byte and a slot
+    each: the same few bytes per node whatever the loops): how to run it (``flags``), and
+    what to let go after it (``after``): ``(node, depth, ...)`` pairs, flat — a version to
+    forget (``node``) or a buffer to release (``~node``), once every block of the reader's
+    chain from ``depth`` on is in its last batch (``None``: nothing)."""
 
-    alive: frozenset[int]
-    symbolic: frozenset[int]
-    after: dict[int, tuple[int, ...]]
+    flags: bytes
+    after: list
 
 
 def _tables(prog: LoopProgram) -> _Tables:
@@ -67,9 +72,14 @@ def _tables(prog: LoopProgram) -> _Tables:
                     break
                 shared += 1
             after.setdefault(r, []).extend((code(x), shared))
-    sym = frozenset(n for n in alive
-                    if symbolic(g.nodes[n].shape) or symbolic(g.nodes[n].params))
-    t = _Tables(frozenset(alive), sym, {r: tuple(v) for r, v in after.items()})
+    flags = bytearray(len(g.nodes))
+    for n in alive:
+        node = g.nodes[n]
+        flags[n] = _RESOLVE if symbolic(node.shape) or symbolic(node.params) else _RUN
+    todo: list = [None] * len(g.nodes)
+    for r, v in after.items():
+        todo[r] = tuple(v)
+    t = _Tables(bytes(flags), todo)
     prog.memo["tables"] = t
     return t
 
@@ -82,11 +92,12 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
     arrays kept from an earlier evaluation, ``sinks`` the destinations of results planned
     with one (result name → ``sinks.Sink``)."""
     t = _tables(prog)
+    flags, after = t.flags, t.after
     g = prog.graph
     ex = _Executor(g, forest.values, {Device.CPU: backend}, source, store, {}, sinks)
     book = Accounting(prog.form_of)
     out: dict[int, object] = {}
-    ranges: dict[int, tuple[int, int]] = {}
+    ranges: dict[int, tuple[int, int]] = {}       # level → the current batch range
     # busy[d]: the deepest block at depth <= d (of the walk's current chain) that is not in
     # its last batch, as depth + 1 (0: none) — a let-go from depth p waits while busy > p
     busy = [0]
@@ -95,7 +106,7 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
     def run(n: int) -> None:
         nonlocal step
         node = g.nodes[n]
-        if n in t.symbolic:
+        if flags[n] == _RESOLVE:
             node = Node(node.op, node.inputs, resolve(node.params, ranges),
                         resolve(node.shape, ranges), node.seq, node.tag)
         args = [out[i] for i in node.inputs]
@@ -107,7 +118,7 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
                                 f"previous batch is still held")
         book.op(step, n, node, backend.nbytes(res) if new else None, "cpu", transient)
         step += 1
-        todo = t.after.get(n)
+        todo = after[n]
         if todo:
             wait = busy[-1]
             for k in range(0, len(todo), 2):
@@ -125,18 +136,17 @@ def run_program(prog: LoopProgram, forest: Forest, backend, source=None,
     def walk(block: Block, again) -> None:
         for item in block.body:
             if not isinstance(item, Block):
-                if item in t.alive:
+                if flags[item]:
                     run(item)
                 continue
             spans = item.ranges()
-            loop = item.loop.id
             depth = len(busy)
             for k, r in enumerate(spans):
-                ranges[loop] = r
+                ranges[depth - 1] = r                 # symbolic values name the level
                 busy.append(busy[-1] if k == len(spans) - 1 else depth)
                 again(item, again)
                 busy.pop()
-            del ranges[loop]
+            del ranges[depth - 1]
 
     with ex.session():
         walk(prog.root, walk)

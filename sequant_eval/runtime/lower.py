@@ -92,6 +92,7 @@ class _Lowering:
         self.folded = folded_into(self.sched)   # term results added straight into sums
         self.loops = loops                      # a loop program (else unrolled)
         self.blocks = 0
+        self.depth = 0                          # loop blocks open around what is emitted
         self.root = Block(None, 0)
         self.body = self.root.body              # where emitted nodes go (loop program)
         self.readers: list[int] = []            # input nodes (loop program: up front)
@@ -119,14 +120,14 @@ class _Lowering:
             x = tuple(self.intern(y) for y in x)
         elif isinstance(x, Work):
             x = Work(x.coef, self.intern(x.dims))
-        elif not isinstance(x, (Extent, Span)):
+        elif not isinstance(x, (Extent, Span, float)):     # floats: flops, coefficients
             return x
         return self.held.setdefault(repr(x), x)       # repr: 2 and 2.0 differ
 
     def extent(self, loop: int) -> int | Extent:
         """The current batch's length on ``loop``."""
         r = self.ctx[loop]
-        return Extent(loop) if isinstance(r, Span) else r[1] - r[0]
+        return Extent(r.level) if isinstance(r, Span) else r[1] - r[0]
 
     def span(self, loop: int) -> str:
         r = self.ctx[loop]
@@ -184,8 +185,10 @@ class _Lowering:
             inner, outer = Block(loop, self.blocks), self.body
             outer.append(inner)
             self.body = inner.body
-            self.ctx[block.loop] = Span(block.loop)
+            self.ctx[block.loop] = Span(self.depth)
+            self.depth += 1
             self.batch(block, path)
+            self.depth -= 1
             self.body = outer
         del self.ctx[block.loop]
 
@@ -374,6 +377,11 @@ class _Lowering:
 
 
 def _work(coef: float, dims: tuple) -> float | Work:
-    """``coef * prod(dims)``: a number, or symbolic where a dim is a batch's length."""
-    return Work(coef, tuple(dims)) if symbolic(tuple(dims)) else coef * float(prod(dims))
+    """``coef * prod(dims)``: a number, or symbolic where a dim is a batch's length (the
+    numbers folded into the coefficient, so the few batch lengths left are one shared
+    tuple; whole numbers below 2**53, the product is exact in either order)."""
+    batch = tuple(d for d in dims if symbolic(d))
+    if not batch:
+        return coef * float(prod(dims))
+    return Work(coef * float(prod(d for d in dims if not symbolic(d))), batch)
 

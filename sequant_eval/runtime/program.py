@@ -7,10 +7,13 @@ per batch range. So the program's size and the time to build it depend on the sc
 (forms, steps, loops), never on the number of batches; the executor
 (``engine.run_program``) resolves each node's shapes and parameters as it reaches it.
 
-Symbolic values, resolved against the current ranges ``{loop: (lo, hi)}``:
+Symbolic values, resolved against the current ranges ``{level: (lo, hi)}``, where a loop's
+level is its depth in the block tree (0: a loop of the root's body). Naming the level, not
+the loop, lets sibling loops share one copy of each shape and range: the program holds a
+tuple per distinct pattern, not one per loop.
 
-- ``Span(loop)``: the batch's element range ``(lo, hi)`` (slice and scatter positions);
-- ``Extent(loop)``: its length ``hi - lo`` (a sliced mode's size);
+- ``Span(level)``: the batch's element range ``(lo, hi)`` (slice and scatter positions);
+- ``Extent(level)``: its length ``hi - lo`` (a sliced mode's size);
 - ``Work(coef, dims)``: ``coef * prod(dims)`` (an op's flops, over sliced sizes).
 
 The unrolled op graph (``lower.lower_schedule``) is what the GPU dispatch layer and the
@@ -33,16 +36,16 @@ __all__ = ["Span", "Extent", "Work", "Block", "LoopProgram", "resolve", "symboli
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """The current batch range ``(lo, hi)`` of loop ``loop``."""
+    """The current batch range ``(lo, hi)`` of the loop open at depth ``level``."""
 
-    loop: int
+    level: int
 
 
 @dataclass(frozen=True, slots=True)
 class Extent:
-    """The length of the current batch of loop ``loop``."""
+    """The length of the current batch of the loop open at depth ``level``."""
 
-    loop: int
+    level: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +62,9 @@ def resolve(x, ranges: Mapping[int, tuple[int, int]]):
     if kind is tuple:          # plain members are taken as they are: no call per number
         return tuple([y if type(y) in _PLAIN else resolve(y, ranges) for y in x])
     if kind is Span:
-        return ranges[x.loop]
+        return ranges[x.level]
     if kind is Extent:
-        lo, hi = ranges[x.loop]
+        lo, hi = ranges[x.level]
         return hi - lo
     if kind is Work:
         return x.coef * prod(resolve(x.dims, ranges))
