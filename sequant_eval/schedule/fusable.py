@@ -68,17 +68,17 @@ def violates(forms: list[Form], loops: tuple[Loop, ...], uf: UnionFind) -> bool:
         if form.kind is FormKind.ASSEMBLE and loops[form.via].kind is LoopKind.CONTRACTED:
             if any(f(form.via) in {f(l) for l in r.scope} for r in readers[form.id]):
                 return True
-    return _has_cycle(edges, list(edges))                            # (d)
+    return _has_cycle(edges.__getitem__, list(edges))                # (d)
 
 
-def _has_cycle(edges, starts) -> bool:
-    """Whether the directed graph ``edges`` (node → successors) has a cycle reachable from
-    one of ``starts`` (depth-first, grey/black marks)."""
+def _has_cycle(successors, starts) -> bool:
+    """Whether the directed graph ``successors(node)`` has a cycle reachable from one of
+    ``starts`` (depth-first, grey/black marks)."""
     state: dict[int, int] = {}
 
     def cyclic(n: int) -> bool:
         state[n] = 1
-        for m in edges[n]:
+        for m in successors(n):
             if state.get(m) == 1 or (m not in state and cyclic(m)):
                 return True
         state[n] = 2
@@ -100,14 +100,15 @@ def try_fuse(a: Form, b: Form, loops: tuple[Loop, ...], uf: UnionFind,
     """``uf`` with the loops of forms ``a`` and ``b`` united, or None where the rules
     refuse it or it unites nothing new."""
     pairs = pairs_of(a, b)
-    trial = uf.copy()
     for x, y in pairs:
         lx, ly = loops[x], loops[y]
         if (lx.kind, lx.space, lx.block) != (ly.kind, ly.space, ly.block):   # (c)
             return None
-        trial.union(x, y)
     if all(uf.find(x) == uf.find(y) for x, y in pairs):
         return None                       # nothing new to fuse
+    trial = uf.copy()                     # (most pairs stop above: no copy made)
+    for x, y in pairs:
+        trial.union(x, y)
     return None if checker.violates(uf, trial, pairs) else trial
 
 
@@ -118,7 +119,8 @@ class Checker:
     A new violation of (a) or (b) needs two loops newly in one class, so one of them
     changed its representative: only the forms that involve a changed loop, and for (b)
     their readers and what they read, are looked at. (d) runs on the distinct (outer, inner)
-    loop pairs of all nests, mapped through the trial: a few hundred pairs, not every form.
+    loop pairs of all nests (the state's class graph, kept per state), searched from the
+    classes that grew and mapped through the trial only as far as the search reaches.
     The result is ``violates(forms, loops, trial)`` whenever ``violates(forms, loops,
     uf)`` is False (a property test checks it against the full rule). When a fusion is
     kept, the maps move only the loops whose representative changed (``_advance``): on a
@@ -165,7 +167,11 @@ class Checker:
         for l, r in self.root.items():
             self.members[r].append(l)
         root = self.root
-        self.edges = sorted({(root[a], root[b]) for a, b in self.pairs})
+        self.succ: dict[int, set[int]] = defaultdict(set)     # class → inner classes
+        self.pred: dict[int, set[int]] = defaultdict(set)     # class → outer classes
+        for a, b in self.pairs:
+            self.succ[root[a]].add(root[b])
+            self.pred[root[b]].add(root[a])
         self.class_forms: dict[int, frozenset[int]] = {}
 
     def _advance(self, uf: UnionFind, merged: dict[int, int]) -> None:
@@ -174,6 +180,7 @@ class Checker:
         moved loops take rather than all of them."""
         self._of = uf
         root, members, forms_of = self.root, self.members, self.class_forms
+        succ, pred = self.succ, self.pred
         for old, new in merged.items():
             moved = members.pop(old)
             for l in moved:
@@ -181,7 +188,14 @@ class Checker:
             members[new].extend(moved)
             forms_of.pop(old, None)
             forms_of.pop(new, None)
-        self.edges = sorted({(merged.get(a, a), merged.get(b, b)) for a, b in self.edges})
+            for b in succ.pop(old, ()):            # the class's nest pairs, renamed
+                pred[b].discard(old)
+                pred[b].add(new)
+                succ[new].add(b)
+            for a in pred.pop(old, ()):
+                succ[a].discard(old)
+                succ[a].add(new)
+                pred[new].add(a)
 
     def moved(self, trial: UnionFind) -> list[int]:
         """The loops whose representative ``trial`` (the last trial ``violates`` passed)
@@ -234,8 +248,14 @@ class Checker:
                 if self._contracted_assemble(o) and f(forms[o].via) in scope:
                     return True
         # (d): the state's class graph has no cycle, so a new one passes through a class
-        # that grew; search from those
-        edges: dict[int, set[int]] = defaultdict(set)
-        for a, b in self.edges:
-            edges[merged.get(a, a)].add(merged.get(b, b))
-        return _has_cycle(edges, sorted(set(merged.values())))
+        # that grew; search from those, through the state's graph seen under the trial
+        # (only what the search reaches is mapped)
+        joined: dict[int, list[int]] = defaultdict(list)
+        for old, new in merged.items():
+            joined[new].append(old)
+        succ = self.succ
+
+        def successors(n: int) -> set[int]:       # each node is entered once per search
+            return {merged.get(m, m) for c in (n, *joined.get(n, ())) for m in succ.get(c, ())}
+
+        return _has_cycle(successors, sorted(joined))
