@@ -9,6 +9,7 @@ or the schedule could not be sequenced.
 """
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 
 from ..errors import ScheduleError
@@ -145,61 +146,72 @@ def _tied(plan: BatchPlan) -> UnionFind:
 
 
 class _Canon:
-    """Canonical ids (as ``_canonical_ids``, before unread forms are dropped) for a prefix
-    of the forms, kept up to date as fusion proceeds: a fusion changes the keys only of
-    the forms from the first one involving a loop whose representative changed, so only
-    that suffix of the prefix is recomputed, and forms are keyed only as far as the walk
-    has reached."""
+    """Canonical ids (as ``_canonical_ids``, before unread forms are dropped, up to a
+    renaming of the ids) for a prefix of the forms, kept up to date as fusion proceeds.
+
+    Ids are hash-consed: a key keeps the id it was first given, so a form whose key did
+    not change keeps its id. A fusion changes the keys of the forms that involve a loop
+    whose representative changed; only those are keyed again, and then the readers of
+    each one whose id changed (in form order: a key reads its operands' ids). Forms are
+    keyed only as far as the walk has reached. Ids are compared only for equality, which
+    the renaming keeps."""
 
     def __init__(self, forms: list[Form], uf: UnionFind) -> None:
         self.forms = forms
         self.uf = uf
-        self.first: dict[int, int] = {}            # loop → first form involving it
+        self.uses: dict[int, list[int]] = defaultdict(list)     # loop → forms keyed by it
+        self.readers: dict[int, list[int]] = defaultdict(list)  # form → forms reading it
         for form in forms:
-            for l in form.loops():
-                self.first.setdefault(l, form.id)
+            loops = form.loops() | set(form.also) | ({form.via} if form.via >= 0 else set())
+            for l in loops:
+                self.uses[l].append(form.id)
+            for o in set(form.operands) | ({form.source} if form.source >= 0 else set()):
+                self.readers[o].append(form.id)
         self.canon: list[int] = []
         self.index: dict[tuple, int] = {}
         self.alias: dict[int, int] = {}
-        self.log: list[tuple[int, tuple]] = []     # (form position, key) per index entry
-        self.count = 0
+        self.stale: list[int] = []                 # heap of keyed forms to key again
+
+    def _id(self, pos: int) -> int:
+        key, _ = _key(self.forms[pos], self.uf.find, self.canon, self.alias)
+        index = self.index
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(index)
+            if self.forms[pos].kind is FormKind.LEAF:
+                bare = key[:8] + (-1,) + key[9:]
+                if bare not in index:
+                    index[bare] = k
+                self.alias[k] = index[bare]
+        return k
 
     def ids(self, upto: int) -> list[int]:
         """Canonical ids of forms 0..upto (at least)."""
-        f = self.uf.find
-        leaf = FormKind.LEAF
-        canon, index, alias, log = self.canon, self.index, self.alias, self.log
+        canon, stale = self.canon, self.stale
+        while stale and (stale[0] <= upto or upto >= len(canon)):
+            pos = heapq.heappop(stale)
+            while stale and stale[0] == pos:
+                heapq.heappop(stale)
+            k = self._id(pos)
+            if k != canon[pos]:
+                canon[pos] = k
+                for r in self.readers.get(pos, ()):
+                    if r < len(canon):
+                        heapq.heappush(stale, r)
         for pos in range(len(canon), upto + 1):
-            form = self.forms[pos]
-            key, _ = _key(form, f, canon, alias)
-            k = index.get(key)
-            if k is None:
-                k = index[key] = self.count
-                self.count += 1
-                log.append((pos, key))
-                if form.kind is leaf:
-                    bare = key[:8] + (-1,) + key[9:]
-                    if bare not in index:
-                        index[bare] = k
-                        log.append((pos, bare))
-                    alias[k] = index[bare]
-            canon.append(k)
+            canon.append(self._id(pos))
         return canon
 
     def fused(self, new: UnionFind, changed: list[int]) -> None:
         """Move to ``new`` (a fusion kept, ``changed`` the loops whose representative it
-        changed): forget the forms from the first one that involves one of them."""
+        changed): the keyed forms that involve one of them are keyed again when next
+        asked for."""
         self.uf = new
-        start = min((self.first.get(l, len(self.forms)) for l in changed),
-                    default=len(self.forms))
-        if start >= len(self.canon):
-            return
-        del self.canon[start:]
-        while self.log and self.log[-1][0] >= start:
-            del self.index[self.log.pop()[1]]
-        self.count = max(self.index.values(), default=-1) + 1
-        for k in [k for k in self.alias if k >= self.count]:
-            del self.alias[k]
+        n = len(self.canon)
+        for l in changed:
+            for pos in self.uses.get(l, ()):
+                if pos < n:
+                    heapq.heappush(self.stale, pos)
 
 
 def _fuse(forms: list[Form], loops, accept, start: UnionFind | None = None,
