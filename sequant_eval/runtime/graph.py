@@ -30,7 +30,7 @@ class Op(enum.Enum):
 
     INPUT = "input"          # a leaf block from the caller (params: forest value)
     SLICE = "slice"          # a batch of an input, as its own array (params: index ranges)
-    ZEROS = "zeros"          # a destination (params: shape)
+    ZEROS = "zeros"          # a zero-filled destination of the node's shape
     CONTRACT = "contract"    # binary contraction (params: forest value)
     SCALE = "scale"          # x *= alpha, in place (params: alpha)
     PERMUTE = "permute"      # transposed view (params: perm)

@@ -64,6 +64,7 @@ def lower_program(a: ScheduleAnalysis, persistent: frozenset[int] = frozenset(),
     low = _Lowering(a, persistent, stored, skipped, loops=True)
     done = low.run()
     low.root.body[:0] = low.readers        # inputs are readers: made once, up front
+    low.root.freeze()
     low.held.clear()
     return LoopProgram(done.graph, low.root, done.roots, done.kept, done.form_of)
 
@@ -152,7 +153,7 @@ class _Lowering:
             fid = next(f.id for f in self.forms
                        if f.kind is FormKind.SUM and f.value == root.value)
             if fid not in self.node_of:               # every term cancelled
-                self.node_of[fid] = self.emit(Op.ZEROS, params=(self.a.shapes[root.value],),
+                self.node_of[fid] = self.emit(Op.ZEROS,
                                               shape=self.a.shapes[root.value], tag=root.name) \
                     if fid not in self.sinks else self.open_sink(fid, fill=True)
             roots[root.name] = self.node_of[fid]
@@ -205,12 +206,12 @@ class _Lowering:
                         sinks.append(target)
                 elif target not in self.node_of:
                     shape = self.a.shapes[self.forms[target].value]
-                    self.node_of[target] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
+                    self.node_of[target] = self.emit(Op.ZEROS, shape=shape,
                                                      tag=f"f{target} sum")
                 continue
             self.ctx[block.loop] = (0, loop.extent)
             shape = self.shape(fid)
-            self.node_of[fid] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
+            self.node_of[fid] = self.emit(Op.ZEROS, shape=shape,
                                           tag=f"f{fid} destination")
         for target in sinks:
             self.node_of[target] = self.open_sink(target)
@@ -285,7 +286,7 @@ class _Lowering:
             self.node_of[step.form] = self.open_sink(step.form)
         elif step.form not in self.node_of:
             shape = self.a.shapes[f.value]
-            self.node_of[step.form] = self.emit(Op.ZEROS, params=(shape,), shape=shape,
+            self.node_of[step.form] = self.emit(Op.ZEROS, shape=shape,
                                                 tag=f"f{step.form} sum")
         shape = tuple(self.a.shapes[leaf.value])
         rows = stream_rows(shape, self.a.plan.policy.itemsize)

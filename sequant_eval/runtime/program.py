@@ -89,7 +89,15 @@ class Block:
 
     loop: Loop | None
     index: int
-    body: list = field(default_factory=list)       # int (node id) | Block
+    body: list | tuple = field(default_factory=list)     # int (node id) | Block
+
+    def freeze(self) -> None:
+        """The body, and every nested block's, as a tuple: the tree is complete (a tuple
+        holds no spare room for appends)."""
+        for item in self.body:
+            if isinstance(item, Block):
+                item.freeze()
+        self.body = tuple(self.body)
 
     def ranges(self) -> list[tuple[int, int]]:
         """The batch ranges the body runs over (one pass for the root)."""
