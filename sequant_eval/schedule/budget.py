@@ -17,7 +17,7 @@ whole) and the least-peak schedule's peak (galloping down, then bisection), inde
 of the budget asked for, and named in InfeasibleBudget; any budget at or above it fits.
 
 Everything a budget probe needs that does not depend on the budget is remembered per
-forest, regime and policy (``_Fitting``, dropped with the forest): each term's DP and the
+forest, regime and policy (``_Fitting``, for the few latest forests): each term's DP and the
 exact peak of every realization it has measured (``plan.menu.TermMenu``), and the verdict
 of every distinct plan it has scheduled. A probe then costs menu look-ups plus one sweep
 per plan not seen before; the probes of a minimum search mostly meet plans already seen.
@@ -25,7 +25,6 @@ per plan not seen before; the probes of a minimum search mostly meet plans alrea
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -158,21 +157,27 @@ def _verdict(a: ScheduleAnalysis) -> _Verdict:
     return _Verdict(a.peak_bytes, term, own)
 
 
+#: Fittings remembered, the least recently used dropped first. A fitting holds its forest
+#: (its analyses and menus name it), so it cannot be dropped *with* the forest: the cache
+#: is bounded instead (each fitting is a few MiB: its term menus and verdicts).
+_REMEMBERED = 4
 _FITTINGS: dict[tuple, _Fitting] = {}
 
 
 def _fitting(forest: Forest, extents, policy: BatchPolicy, sliced: bool = False) -> _Fitting:
-    """The fitter's memory for this forest and policy (dropped with the forest); ``sliced``:
-    the fitting whose plans slice the inner sums (``plan/slicing.py``)."""
+    """The fitter's memory for this forest and policy (one of the ``_REMEMBERED`` latest);
+    ``sliced``: the fitting whose plans slice the inner sums (``plan/slicing.py``)."""
     key = _key(forest, extents, policy) + (sliced,)
-    got = _FITTINGS.get(key)
+    got = _FITTINGS.pop(key, None)
     if got is None or got.origin is not forest:
         unbudgeted = replace(policy, budget=math.inf)
         # sliced: the inner sums' terms turned within their readers' symmetry first
         planned = orient_sums(forest, unbudgeted, extents) if sliced else forest
-        got = _FITTINGS[key] = _Fitting(planned, extents, unbudgeted, sliced)
+        got = _Fitting(planned, extents, unbudgeted, sliced)
         got.origin = forest
-        weakref.finalize(forest, _FITTINGS.pop, key, None)
+    _FITTINGS[key] = got                                 # the most recently used last
+    while len(_FITTINGS) > _REMEMBERED:
+        del _FITTINGS[next(iter(_FITTINGS))]
     return got
 
 
