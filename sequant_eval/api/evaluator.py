@@ -303,7 +303,7 @@ class Evaluator:
         policy = replace(self.policy, budget=None) if self.policy is not None else \
             BatchPolicy.everything(None, self.extents)
         reserve = _reserve(self.forest, self.regime, policy.itemsize) if policy.program else 0
-        return minimum_budget(self.forest, self.regime, policy)[0] + reserve
+        return minimum_budget(self.forest, self.regime, policy, run=False)[0] + reserve
 
     def plan(self) -> BatchPlan:
         """The batch plan under the policy in force (unbatched with none), each term's peak

@@ -79,7 +79,8 @@ class _Fitting:
         self.kept: dict[tuple, ScheduleAnalysis] = {}    # the latest analyses, by plan
         self.top: ScheduleAnalysis | None = None
         self.least: tuple[ScheduleAnalysis | None] | None = None
-        self.minimum: tuple[int, ScheduleAnalysis] | None = None
+        self.minimum: tuple[int, ScheduleAnalysis] | None = None   # as the search found it
+        self.lean: ScheduleAnalysis | None = None        # the minimum's schedule to run
 
     def planner(self, policy: BatchPolicy, progress=None) -> TermPlanner:
         """A planner under ``policy`` (this one's but for the budget) that shares this
@@ -319,7 +320,7 @@ def _key(forest: Forest, extents, policy: BatchPolicy) -> tuple:
 
 
 def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
-                   progress=None) -> tuple[int, ScheduleAnalysis]:
+                   progress=None, run: bool = True) -> tuple[int, ScheduleAnalysis]:
     """The smallest budget the fitter meets, on a geometric grid of ``GRID`` relative width
     between the lower bound and the unbatched peak, and the fitted schedule there: the
     least-peak schedule (every term at its least peak) or, below it, the smallest grid
@@ -327,14 +328,20 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
 
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
     per forest and policy (a second refusal is instant). Where inner sums can be sliced
-    (``plan/slicing.py``) it is the smaller of the minima with and without slicing."""
+    (``plan/slicing.py``) it is the smaller of the minima with and without slicing.
+    ``run``: the schedule returned is the one to run at the minimum (the search's, or the
+    same budget planned the usual way where that fits with fewer loops); else the search's
+    own, which is all a refusal needs (it names the term binding there)."""
     if not sliceable_sums(forest, policy):
-        return _minimum(_fitting(forest, extents, policy), policy, progress)
-    sliced = _minimum(_fitting(forest, extents, policy, sliced=True), policy, progress)
-    if sliced[0] < unsliced_floor(forest, extents, policy):
-        return sliced                     # holding an inner sum whole cannot do better
-    plain = _minimum(_fitting(forest, extents, policy), policy, progress)
-    return plain if plain[0] <= sliced[0] else sliced
+        fit = _fitting(forest, extents, policy)
+    else:
+        fit = _fitting(forest, extents, policy, sliced=True)
+        need = _minimum(fit, policy, progress)[0]
+        if need >= unsliced_floor(forest, extents, policy):   # below it, slicing wins
+            plain = _fitting(forest, extents, policy)
+            if _minimum(plain, policy, progress)[0] <= need:
+                fit = plain
+    return _minimum(fit, policy, progress, run)
 
 
 def unsliced_floor(forest: Forest, extents, policy: BatchPolicy) -> int:
@@ -358,10 +365,23 @@ def unsliced_floor(forest: Forest, extents, policy: BatchPolicy) -> int:
     return max(lower_bound(forest, extents, policy), whole)
 
 
-def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
-    forest, extents = fit.forest, fit.extents
-    if fit.minimum is not None:
+def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None, run: bool = False):
+    if fit.minimum is None:
+        fit.minimum = _search_minimum(fit, policy, progress)
+    if not run:
         return fit.minimum
+    if fit.lean is None:
+        # the same budget planned the usual way (fewest flops, then fewest loops) often
+        # fits too, with far fewer loops than every term at its least peak
+        need, best = fit.minimum
+        lean, _ = _attempt(fit, replace(policy, budget=need))
+        fit.lean = lean if lean is not None and lean.peak_bytes <= need and \
+            lean.flops <= best.flops else best
+    return fit.minimum[0], fit.lean
+
+
+def _search_minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
+    forest, extents = fit.forest, fit.extents
     top = _top(fit)
     floor = max(1, lower_bound(forest, extents, policy))
     best = top
@@ -389,14 +409,7 @@ def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
             if ok.peak_bytes <= best.peak_bytes:
                 best = ok
             hi, step = min(mid, index(ok.peak_bytes)), 2 * step
-    need = best.peak_bytes
-    # the same budget planned the usual way (fewest flops, then fewest loops) often fits
-    # too, with far fewer loops than every term at its least peak
-    lean, _ = _attempt(fit, replace(policy, budget=need))
-    if lean is not None and lean.peak_bytes <= need and lean.flops <= best.flops:
-        best = lean
-    fit.minimum = (need, best)
-    return fit.minimum
+    return best.peak_bytes, best
 
 
 def _top(fit: _Fitting) -> ScheduleAnalysis:
@@ -451,9 +464,10 @@ def fit_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
             f"budget {format_budget(policy.budget, budget)} is below {format_bytes(floor)} "
             f"({floor} B), what the equation results alone hold at the end; the smallest "
             f"feasible budget is InfeasibleBudget.minimum (or se.min_budget)", budget,
-            lambda: minimum_budget(forest, extents, policy)[0])
-    need, best = minimum_budget(forest, extents, policy, progress)
+            lambda: minimum_budget(forest, extents, policy, run=False)[0])
+    need, best = minimum_budget(forest, extents, policy, progress, run=False)
     if need <= budget:                    # found under a probe's budget: report the caller's
+        best = minimum_budget(forest, extents, policy, progress)[1]
         return replace(best, plan=replace(best.plan, policy=policy))
     term = _active_term(best, best.profile.binding_point)
     where = forest.trees[term].where if term is not None else "the equation sums"
