@@ -17,6 +17,7 @@ from ..expr.printer import to_text
 from ..memo import remembered
 from ..plan.regime import Regime
 from ..runtime import TensorSource
+from ..runtime.sinks import make_sinks
 from ..runtime.fingerprint import fingerprint
 from ..schedule import ScheduleAnalysis, analyze_schedule
 from ..schedule.analysis import term_peak
@@ -349,7 +350,7 @@ class Evaluator:
         itemsize = source.dtype().itemsize
         if itemsize != self._itemsize:      # planned for the inputs' element size
             self._itemsize = itemsize
-        sinks = self._sinks(out, source.dtype())
+        sinks = make_sinks(out, self.forest, self.extents, source.dtype(), tensors)
         program = self._compiled(tuple(sorted((n, s.kind) for n, s in sinks.items())))
         if self.persist:
             self._check_kept(program, tensors)
@@ -373,26 +374,6 @@ class Evaluator:
                 return self._placed[program].run(source, self.gpu_budget, sinks)
             backend = "numpy"
         return program.run(backend, source, sinks)
-
-    def _sinks(self, out, dtype) -> dict:
-        """``out`` checked against the results and made into sinks (before any work)."""
-        from ..runtime.sinks import make_sink
-
-        if out is None:
-            return {}
-        if not isinstance(out, Mapping):
-            raise SinkError(f"out must map result names to destinations, e.g. "
-                            f"out={{'R2': array}}, got {type(out).__name__}")
-        roots = {r.name: r for r in self.forest.roots}
-        sinks = {}
-        for name, dest in out.items():
-            if name not in roots:
-                raise SinkError(f"out names {name!r}, which is not a result of these "
-                                f"equations (results: {', '.join(sorted(roots))})")
-            v = self.forest.values[roots[name].value]
-            shape = tuple(self.extents[s] for s in v.spaces)
-            sinks[name] = make_sink(name, dest, v.spaces, shape, dtype)
-        return sinks
 
     def _evaluate_on(self, client, tensors, backend: str, return_meter: bool, trace: bool):
         from ..report.progress import Progress

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import mmap
+import os
 from collections.abc import Callable, Mapping
 import numpy as np
 
@@ -31,7 +33,7 @@ from ..schedule.forms import FormKind
 from ..schedule.peak import folded_into, sink_piece, sink_piece_bytes, sink_write_bytes
 from .backends import add_scaled
 
-__all__ = ["Sink", "sink_kind", "make_sink", "check_sinks"]
+__all__ = ["Sink", "sink_kind", "make_sink", "make_sinks", "check_sinks"]
 
 
 def sink_kind(name: str, dest: object) -> str:
@@ -180,6 +182,95 @@ def make_sink(name: str, dest, spaces: tuple[str, ...], shape: tuple[int, ...],
         raise SinkError(f"out[{name!r}] is opened read-only; open its file for writing "
                         f"(h5py.File(path, 'r+') or 'a')")
     return _DatasetSink(name, dest, spaces, shape, dtype)
+
+
+def make_sinks(out, forest, extents: Mapping[str, int], dtype: np.dtype,
+               tensors: Mapping | None = None) -> dict[str, Sink]:
+    """``out`` (result name → destination) checked against the equations' results and made
+    into sinks, before any work; a destination that shares memory with an input or with
+    another destination is refused (the evaluation would read what it had written)."""
+    if out is None:
+        return {}
+    if not isinstance(out, Mapping):
+        raise SinkError(f"out must map result names to destinations, e.g. "
+                        f"out={{'R2': array}}, got {type(out).__name__}")
+    roots = {r.name: r for r in forest.roots}
+    sinks = {}
+    for name, dest in out.items():
+        if name not in roots:
+            raise SinkError(f"out names {name!r}, which is not a result of these "
+                            f"equations (results: {', '.join(sorted(roots))})")
+        v = forest.values[roots[name].value]
+        shape = tuple(extents[s] for s in v.spaces)
+        sinks[name] = make_sink(name, dest, v.spaces, shape, dtype)
+    _refuse_aliasing(sinks, tensors or {})
+    return sinks
+
+
+def _refuse_aliasing(sinks: Mapping[str, Sink], tensors: Mapping) -> None:
+    inputs = [(t, a) for t, given in tensors.items()
+              for a in (given.values() if isinstance(given, Mapping) else (given,))]
+    done: list[tuple[str, object]] = []
+    for name, sink in sinks.items():
+        if sink.kind == "once":
+            continue
+        clash = next((t for t, a in inputs if _overlap(sink.dest, a)), None)
+        if clash is not None:
+            raise SinkError(
+                f"out[{name!r}] shares memory with input {clash!r}: the evaluation zeroes "
+                f"and writes {name} there while it still reads {clash}, so later batches "
+                f"would read what earlier ones wrote. Give {name} a destination of its own "
+                f"(copy it over afterwards if it must end up there)")
+        clash = next((n for n, d in done if _overlap(sink.dest, d)), None)
+        if clash is not None:
+            raise SinkError(
+                f"out[{name!r}] shares memory with out[{clash!r}]: results {clash} and "
+                f"{name} would be written over each other. Give each its own destination")
+        done.append((name, sink.dest))
+
+
+def _overlap(dest, other) -> bool:
+    """Whether writing ``dest`` may change ``other``: NumPy arrays sharing memory, two
+    memory maps of overlapping bytes of one file, or two handles on one dataset of one
+    file (h5py: the same file and name)."""
+    if isinstance(dest, np.ndarray) and isinstance(other, np.ndarray):
+        if np.may_share_memory(dest, other):
+            try:
+                return bool(np.shares_memory(dest, other, max_work=10 ** 6))
+            except _TOO_HARD:
+                return True
+        a, b = _file_span(dest), _file_span(other)
+        return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] \
+            and b[1] < a[2]
+    where = _dataset_where(dest)
+    return where is not None and where == _dataset_where(other)
+
+
+def _file_span(x) -> tuple[str, int, int] | None:
+    """``(file, first byte, end byte)`` of the bytes an ``np.memmap`` (or a view of one)
+    spans in its file (the real path), else None."""
+    mm, name = getattr(x, "_mmap", None), getattr(x, "filename", None)
+    if mm is None or not isinstance(name, (str, os.PathLike)) or x.size == 0:
+        return None
+    start = x.offset - x.offset % mmap.ALLOCATIONGRANULARITY      # the file byte of mm[0]
+    base = np.frombuffer(mm, dtype=np.uint8).__array_interface__["data"][0]
+    at = x.__array_interface__["data"][0] - base + start
+    lo = at + sum(s * (n - 1) for s, n in zip(x.strides, x.shape) if s < 0)
+    hi = at + sum(s * (n - 1) for s, n in zip(x.strides, x.shape) if s > 0) + x.itemsize
+    return os.path.realpath(name), lo, hi
+
+
+#: NumPy's "the overlap search gave up" (``np.exceptions`` from NumPy 1.25, top level before).
+_TOO_HARD = getattr(np, "exceptions", np).TooHardError
+
+
+def _dataset_where(x) -> tuple[str, str] | None:
+    """``(file, dataset name)`` of an h5py dataset (the file's real path), else None."""
+    name, filename = getattr(x, "name", None), getattr(getattr(x, "file", None), "filename",
+                                                       None)
+    if not isinstance(name, str) or not isinstance(filename, (str, os.PathLike)):
+        return None
+    return os.path.realpath(filename), name
 
 
 def _takes_three(fn: Callable) -> bool:

@@ -143,6 +143,58 @@ def test_refusals_come_before_any_work(case, tmp_path):
     assert not called
 
 
+def test_a_destination_sharing_memory_with_what_is_read_is_refused(case, tmp_path):
+    """A sink is zeroed and then added into while the inputs are still read, so a
+    destination that is an input (``out={"R2": t}``, a view of it, an input block,
+    another memory map of its bytes, the same HDF5 dataset) or another result's
+    destination would be read after it was written: refused with SinkError naming both,
+    the input untouched. Before this check ``out={"R2": t}`` ran and returned R2 wrong by
+    1e4. Disjoint parts of one buffer or one raw file, and another dataset of the same
+    HDF5 file, are taken, and give the unbatched result."""
+    tensors, want = case
+    t = tensors["t"].copy()
+    buffer = np.zeros((2,) + want.shape)
+    buffer[0] = t
+    block = tensors["g"][("a", "a", "i", "i")].copy()
+    g = dict(tensors["g"]) | {("a", "a", "i", "i"): block}
+    refused = {"the input itself": (dict(tensors, t=t), t, "input 't'"),
+               "a view of it": (dict(tensors, t=buffer[0]), buffer[0][...], "input 't'"),
+               "an input block": (dict(tensors, g=g), block, "input 'g'")}
+    for why, (given, dest, culprit) in refused.items():
+        before = dest.copy()
+        for budget in (None, "30%"):
+            with pytest.raises(se.SinkError, match=f"shares memory with {culprit}"):
+                se.evaluate(TEXT, given, EXT, budget=budget, out={"R2": dest})
+            assert np.array_equal(dest, before), why
+    two = TEXT + "\nS2{a1,a2;i1,i2} = t{a1,a2;i1,i2}"
+    dest = np.zeros(want.shape)
+    with pytest.raises(se.SinkError, match=r"shares memory with out\['R2'\]"):
+        se.evaluate(two, tensors, EXT, out={"R2": dest, "S2": dest[...]})
+    se.evaluate(TEXT, dict(tensors, t=buffer[0]), EXT, budget="30%",
+                out={"R2": buffer[1]})                        # disjoint halves: taken
+    assert _close(buffer[1], want) and np.array_equal(buffer[0], tensors["t"])
+    path, n = tmp_path / "io.dat", want.size                  # t, then R2, in one raw file
+    tensors["t"].tofile(path)
+    t_map = np.memmap(path, "f8", "r", shape=want.shape)
+    again = np.memmap(path, "f8", "r+", shape=want.shape)     # another mapping of t's bytes
+    with pytest.raises(se.SinkError, match="shares memory with input 't'"):
+        se.evaluate(TEXT, dict(tensors, t=t_map), EXT, out={"R2": again})
+    del again
+    with open(path, "ab") as f:                               # R2's bytes after t's
+        f.write(bytes(8 * n))
+    r2_map = np.memmap(path, "f8", "r+", offset=8 * n, shape=want.shape)
+    se.evaluate(TEXT, dict(tensors, t=t_map), EXT, budget="30%", out={"R2": r2_map})
+    assert _close(r2_map, want) and np.array_equal(t_map, tensors["t"])
+    with h5py.File(tmp_path / "io.h5", "w") as f:
+        f.create_dataset("t", data=tensors["t"])
+        f.create_dataset("R2", want.shape, "f8")
+        with pytest.raises(se.SinkError, match="shares memory with input 't'"):
+            se.evaluate(TEXT, dict(tensors, t=f["t"]), EXT, out={"R2": f["t"]})
+        assert np.array_equal(f["t"][...], tensors["t"])
+        se.evaluate(TEXT, dict(tensors, t=f["t"]), EXT, budget="30%", out={"R2": f["R2"]})
+        assert _close(f["R2"][...], want)
+
+
 @pytest.fixture(scope="module")
 def triples():
     no, nv = 6, 8
