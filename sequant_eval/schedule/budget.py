@@ -329,9 +329,9 @@ def minimum_budget(forest: Forest, extents, policy: BatchPolicy,
     It depends on the policy's spaces and blocks, never on its budget, and is remembered
     per forest and policy (a second refusal is instant). Where inner sums can be sliced
     (``plan/slicing.py``) it is the smaller of the minima with and without slicing.
-    ``run``: the schedule returned is the one to run at the minimum (the search's, or the
-    same budget planned the usual way where that fits with fewer loops); else the search's
-    own, which is all a refusal needs (it names the term binding there)."""
+    ``run``: the schedule returned is the one to run at the minimum (the same budget
+    planned the usual way where that fits at no more flops, else the search's); without
+    it, the search's own, which is all a refusal needs (it names the term binding there)."""
     if not sliceable_sums(forest, policy):
         fit = _fitting(forest, extents, policy)
     else:
