@@ -239,6 +239,8 @@ def _overlap(dest, other) -> bool:
                 return bool(np.shares_memory(dest, other, max_work=10 ** 6))
             except _TOO_HARD:
                 return True
+        if getattr(dest, "mode", None) == "c":      # copy-on-write: the file is not written
+            return False
         a, b = _file_span(dest), _file_span(other)
         return a is not None and b is not None and a[0] == b[0] and a[1] < b[2] \
             and b[1] < a[2]

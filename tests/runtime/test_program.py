@@ -216,7 +216,7 @@ def _program_bytes(ev) -> tuple[int, int]:
 def test_program_bytes_hardly_grow_as_the_budget_shrinks(top):
     """The program at 10 % (54 loops) holds at most 1.3x what it holds at 50 % (2 loops):
     it grows with the loops it has (blocks, destinations, the symbolic shapes and ranges of
-    sliced nodes; measured 1.23x: 141 against 115 KiB; 1.29x while block bodies kept the
+    sliced nodes; measured 1.23x: 140 against 114 KiB; 1.29x while block bodies kept the
     lists they were built in and a destination repeated its shape as a parameter; 1.39x
     when symbolic values named the loop rather than its depth, so sibling loops shared no
     tuple), never with the batches they run (the unrolled graph of the 84-loop schedule:
