@@ -5,7 +5,8 @@ Each case is a text at extents (or a regime) with the default batch policy of
 ``se.analyze(budget=...)``: every plain space batchable in both roles. For every case:
 
 * ``unbatched`` — the fit under no budget (what the shares are shares of);
-* ``min`` — ``minimum_budget`` (what ``se.min_budget`` returns), from cold;
+* ``min`` — ``minimum_budget(..., run=False)``: the number ``se.min_budget`` returns
+  (not the schedule to run there), from cold;
 * ``100%`` … ``10%`` — ``fit_forest`` at that share of the unbatched peak, from cold;
 * ``at min`` — ``fit_forest`` at the minimum itself, from cold;
 * ``refusal`` — ``fit_forest`` at 90 % of the minimum (it must raise InfeasibleBudget),
@@ -120,7 +121,7 @@ def measure(case: Case, what: str, ref: dict) -> tuple[float, str, int]:
     if what == "unbatched":
         got = ("fit", fit_forest(forest, case.regime, BatchPolicy()).peak_bytes)
     elif what == "min":
-        got = ("min", minimum_budget(forest, case.regime, case.policy(None))[0])
+        got = ("min", minimum_budget(forest, case.regime, case.policy(None), run=False)[0])
     elif what == "at min":
         got = _fit(case, forest, ref["min"])
     elif what == "refusal":
