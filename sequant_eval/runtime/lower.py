@@ -153,8 +153,8 @@ class _Lowering:
             fid = next(f.id for f in self.forms
                        if f.kind is FormKind.SUM and f.value == root.value)
             if fid not in self.node_of:               # every term cancelled
-                self.node_of[fid] = self.emit(Op.ZEROS,
-                                              shape=self.a.shapes[root.value], tag=root.name) \
+                self.node_of[fid] = self.emit(Op.ZEROS, shape=self.a.shapes[root.value],
+                                              tag=root.name) \
                     if fid not in self.sinks else self.open_sink(fid, fill=True)
             roots[root.name] = self.node_of[fid]
         kept = {f: self.node_of[f] for f in self.persistent if f in self.node_of}

@@ -188,7 +188,7 @@ class _Canon:
     def ids(self, upto: int) -> list[int]:
         """Canonical ids of forms 0..upto (at least)."""
         canon, stale = self.canon, self.stale
-        while stale and (stale[0] <= upto or upto >= len(canon)):
+        while stale and stale[0] <= upto:          # those beyond upto wait for a later call
             pos = heapq.heappop(stale)
             while stale and stale[0] == pos:
                 heapq.heappop(stale)
