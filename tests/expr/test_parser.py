@@ -203,8 +203,10 @@ def test_duplicate_results_across_parses_are_refused():
 
 def test_random_text_raises_only_typed_errors_and_quickly():
     """Oracle: the contract that parse either returns equations or raises a SequantEvalError
-    (never AttributeError/ValueError/...), within a second, on arbitrary text built from the
-    grammar's tokens and stray characters."""
+    (never AttributeError/ValueError/...), on arbitrary text built from the grammar's tokens
+    and stray characters. The clock is a hang guard (a number like 9e999 turned into an exact
+    fraction would run for minutes), not a speed claim: a parse takes milliseconds, and the
+    limit is generous so a loaded machine cannot trip it."""
     import time
 
     from hypothesis import HealthCheck, given, settings
@@ -224,6 +226,6 @@ def test_random_text_raises_only_typed_errors_and_quickly():
             se.parse(text)
         except se.SequantEvalError:
             pass
-        assert time.perf_counter() - start < 1.0
+        assert time.perf_counter() - start < 10.0
 
     check()
