@@ -131,8 +131,10 @@ class _Lowering:
         return Extent(r.level) if isinstance(r, Span) else r[1] - r[0]
 
     def span(self, loop: int) -> str:
+        """The batch, for a tag: none in the loop program (the block around the node names
+        its loop; a tag per node repeating it would grow the program with the loops)."""
         r = self.ctx[loop]
-        return f"L{loop}" if isinstance(r, Span) else f"L{loop}[{r[0]}:{r[1]}]"
+        return "" if isinstance(r, Span) else f"L{loop}[{r[0]}:{r[1]}]"
 
     def shape(self, fid: int, whole: frozenset[int] = frozenset()) -> tuple:
         f = self.forms[fid]
@@ -236,7 +238,7 @@ class _Lowering:
         if self._skip(out.form):
             return
         f = self.forms[out.form]
-        tag = f"f{out.form} {self.span(block.loop)}"
+        tag = f"f{out.form} {self.span(block.loop)}".rstrip()
         if out.form in self.folded:
             self.add_into(f, tag)
             return
@@ -255,7 +257,8 @@ class _Lowering:
 
     def add_into(self, f, tag: str) -> None:
         """One batch of a folded term result, added into its sum once per entry reading it
-        (at the batch's position, through the entry's permutation)."""
+        (at the batch's position, through the entry's permutation). Each add is tagged with
+        the term result it adds (its target and entry are its input and parameters)."""
         target = self.folded[f.id]
         part = self.node_of[f.source]
         factor = self.factors.get(f.id, 1)
@@ -274,7 +277,7 @@ class _Lowering:
             self.node_of[target] = self.emit(
                 Op.ADD_INTO, (self.node_of[target], part),
                 (at, e.perm, float(e.coefficient / factor), work),
-                self.g.nodes[self.node_of[target]].shape, f"{tag} -> f{target} entry {leg}")
+                self.g.nodes[self.node_of[target]].shape, tag)
 
     def stream(self, step: BuildStep, tag: str) -> None:
         """A leaf entry of a sum, read from its source ``stream_rows`` rows at a time, each
@@ -305,7 +308,7 @@ class _Lowering:
 
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]
-        batch = ",".join(self.span(l) for l in f.scope)
+        batch = ",".join(filter(None, (self.span(l) for l in f.scope)))
         tag = f"f{step.form}" + (f" {batch}" if batch else "")
         if f.kind is FormKind.SUM:
             self.accumulate(step, tag)

@@ -214,16 +214,18 @@ def _program_bytes(ev) -> tuple[int, int]:
 
 
 def test_program_bytes_hardly_grow_as_the_budget_shrinks(top):
-    """The program at 10 % (54 loops) holds at most 1.3x what it holds at 50 % (2 loops):
+    """The program at 10 % (54 loops) holds at most 1.2x what it holds at 50 % (2 loops):
     it grows with the loops it has (blocks, destinations, the symbolic shapes and ranges of
-    sliced nodes; measured 1.23x: 140 against 114 KiB; 1.29x while block bodies kept the
-    lists they were built in and a destination repeated its shape as a parameter; 1.39x
-    when symbolic values named the loop rather than its depth, so sibling loops shared no
+    sliced nodes; measured 1.19x: 136 against 114 KiB; 1.23x while a node's tag repeated
+    the loops of the block around it and an add into a sum named its target and entry,
+    which its input and parameters already say; 1.29x while block bodies kept the lists
+    they were built in and a destination repeated its shape as a parameter; 1.39x when
+    symbolic values named the loop rather than its depth, so sibling loops shared no
     tuple), never with the batches they run (the unrolled graph of the 84-loop schedule:
     6.6 MiB against 0.15). Each node stays within the per-node bound the reserve charges."""
     small, small_nodes = _program_bytes(se.Evaluator(ccsd_equations(), EXT, budget=0.1 * top))
     half, half_nodes = _program_bytes(se.Evaluator(ccsd_equations(), EXT, budget=0.5 * top))
-    assert small <= 1.3 * half, (small, half)
+    assert small <= 1.2 * half, (small, half)
     assert small <= PROGRAM_BYTES_PER_NODE * small_nodes
     assert half <= PROGRAM_BYTES_PER_NODE * half_nodes
 
