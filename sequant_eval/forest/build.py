@@ -231,17 +231,30 @@ def _binarize(interner: _Interner, occs: list[Occurrence], labels: tuple[Index, 
 def _path(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
           result: Sequence[Index], where: str) -> tuple[list[tuple[int, ...]], int]:
     """opt_einsum's contraction path for ``occs`` (optimal for a few operands) and its flop
-    count, the labels named in the order ``labels`` gives them."""
+    count, the labels named in the order ``labels`` gives them.
+
+    The path optimizer and the flop count are called directly, with the index sets and
+    sizes ``contract_path`` would hand them (so the same path and count): what
+    ``contract_path`` adds, an einsum string parsed back and a printable summary of every
+    step, cost more than the search for a term of a few factors."""
     if len(occs) < 2:
         return [], 0
     symbols = {ix: opt_einsum.get_symbol(k) for k, ix in enumerate(labels)}
-    inputs = ",".join("".join(symbols[ix] for ix in o.labels) for o in occs)
-    output = "".join(symbols[ix] for ix in result)
-    shapes = [tuple(interner.size(ix, where) for ix in o.labels) for o in occs]
-    strategy = "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp"
-    path, info = opt_einsum.contract_path(f"{inputs}->{output}", *shapes, shapes=True,
-                                          optimize=strategy)
-    return list(path), int(info.opt_cost)
+    sets = [frozenset(symbols[ix] for ix in o.labels) for o in occs]
+    output = frozenset(symbols[ix] for ix in result)
+    sizes = {symbols[ix]: int(interner.size(ix, where)) for o in occs for ix in o.labels}
+    if len(occs) == 2:
+        path = [(0, 1)]
+    else:
+        search = opt_einsum.paths.get_path_fn(
+            "optimal" if len(occs) <= _OPTIMAL_UP_TO else "dp")
+        path = search(sets, output, sizes, None)
+    cost = 0
+    for step in path:
+        step = tuple(sorted(step, reverse=True))
+        _, sets, removed, involved = opt_einsum.helpers.find_contraction(step, sets, output)
+        cost += opt_einsum.helpers.flop_count(involved, bool(removed), len(step), sizes)
+    return list(path), cost
 
 
 def _cost(interner: _Interner, occs: Sequence[Occurrence], labels: tuple[Index, ...],
