@@ -368,7 +368,8 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
                 touch(k, p.form)
                 shape = block_shape(src, shapes, sched.loops)
                 if src.kind is FormKind.LEAF and src.id in folded:       # one chunk
-                    shape[0] = stream_rows(tuple(shape), itemsize) if shape else 1
+                    if shape:                            # a scalar is one chunk of one
+                        shape[0] = stream_rows(tuple(shape), itemsize)
                     chunk = itemsize * prod(shape)
                 else:
                     chunk = 0

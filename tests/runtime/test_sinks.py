@@ -195,6 +195,21 @@ def test_a_destination_sharing_memory_with_what_is_read_is_refused(case, tmp_pat
         assert _close(f["R2"][...], want)
 
 
+def test_a_scalar_result_read_straight_from_scalars_goes_to_its_sink():
+    """``E = T{}``-like results: the sum's entries are scalar inputs streamed in (one
+    chunk of one element each). Planning them with a sink indexed the scalar's first axis
+    (IndexError before the fix). Oracle: the sum written out by hand, and the meter equal
+    to the prediction."""
+    scalars = {"T": np.array(2.5), "U": np.array(-4.0)}
+    for text, want in (("E = T{}", 2.5), ("E = 3 T{}", 7.5), ("E = T{} - 1/2 U{}", 4.5)):
+        dest = np.full((), np.nan)
+        ev = se.Evaluator(text, {"i": 4})
+        ev.evaluate(scalars, out={"E": dest})
+        assert dest == want, text
+        sunk = ev._compiled((("E", "accumulate"),))
+        assert ev.last_meter.peak_bytes == sunk.predicted_peak(), text
+
+
 @pytest.fixture(scope="module")
 def triples():
     no, nv = 6, 8
