@@ -176,12 +176,30 @@ def make_sink(name: str, dest, spaces: tuple[str, ...], shape: tuple[int, ...],
     if isinstance(dest, np.ndarray):
         if not dest.flags.writeable:
             raise SinkError(f"out[{name!r}] is a read-only array; give a writeable one")
+        _refuse_truncated_map(name, dest)
         return _ArraySink(name, dest, spaces, shape, dtype)
     mode = getattr(getattr(dest, "file", None), "mode", None)
     if mode == "r" or getattr(dest, "read_only", False):
         raise SinkError(f"out[{name!r}] is opened read-only; open its file for writing "
                         f"(h5py.File(path, 'r+') or 'a')")
     return _DatasetSink(name, dest, spaces, shape, dtype)
+
+
+def _refuse_truncated_map(name: str, dest: np.ndarray) -> None:
+    """A memory map whose file no longer reaches the bytes it maps (truncated after it was
+    mapped): writing there kills the process (SIGBUS), so it is refused before any work."""
+    span = _file_span(dest)
+    if span is None:
+        return
+    try:
+        size = dest._mmap.size()            # the mapped file's length now (fstat of its fd)
+    except (OSError, ValueError):           # a closed map: NumPy refuses to write it anyway
+        return
+    if size < span[2]:
+        raise SinkError(f"out[{name!r}] is a memory map of {span[0]} reaching byte {span[2]}, "
+                        f"but the file is {size} B now: it was truncated after it was mapped, "
+                        f"and writing past its end would kill the process (SIGBUS). Map the "
+                        f"file again (np.memmap with mode 'w+' makes it the right size)")
 
 
 def make_sinks(out, forest, extents: Mapping[str, int], dtype: np.dtype,

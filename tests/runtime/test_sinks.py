@@ -143,6 +143,37 @@ def test_refusals_come_before_any_work(case, tmp_path):
     assert not called
 
 
+def test_a_memory_map_over_a_truncated_file_is_refused(tmp_path):
+    """An ``np.memmap`` destination whose file was cut short after it was mapped is refused
+    with SinkError before any work. Before the check, a file cut to nothing killed the
+    process (SIGBUS: the whole page past the end), and one cut to 64 bytes ran and lost
+    the rest of the result silently (written into the page past the file's end). Run in a
+    child process, so that a regression fails this test instead of killing the run."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(f"""
+        import os, numpy as np, sequant_eval as se
+        path = {str(tmp_path / "dest.dat")!r}
+        for left in (0, 64):
+            dest = np.memmap(path, dtype=float, mode="w+", shape=(6, 4))
+            dest[:] = 7.0
+            dest.flush()
+            os.truncate(path, left)
+            try:
+                se.evaluate("R{{a;i}} = 2 g{{a;i}}", {{"g": np.ones((6, 4))}},
+                            {{"a": 6, "i": 4}}, out={{"R": dest}})
+            except se.SinkError as e:
+                print("refused:", e)
+    """)
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.count("refused: out['R'] is a memory map") == 2, run.stdout
+    assert "is 0 B now" in run.stdout and "is 64 B now" in run.stdout
+
+
 def test_a_destination_sharing_memory_with_what_is_read_is_refused(case, tmp_path):
     """A sink is zeroed and then added into while the inputs are still read, so a
     destination that is an input (``out={"R2": t}``, a view of it, an input block,
