@@ -38,8 +38,19 @@ _HOW = ("give a positive number of bytes (25e9, '25GB', '4GiB'), a share of the 
         "peak ('25%') or None (no budget)")
 
 
+def _float(value) -> float:
+    """``value`` as a float; an integer too large for one is a ``BudgetError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise _refuse(value, "overflows a float (write 'inf' for no budget)") from None
+
+
 def _refuse(value, why: str) -> BudgetError:
-    return BudgetError(f"budget {value!r} {why}; {_HOW}", value)
+    shown = repr(value)
+    if len(shown) > 40:                        # a 400-digit integer: its start and length
+        shown = f"{shown[:12]}... ({len(shown)} characters)"
+    return BudgetError(f"budget {shown} {why}; {_HOW}", value)
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ class Budget:
         if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
             raise _refuse(value, f"is a {type(value).__name__}")
         if isinstance(value, numbers.Real):
-            return cls._of_bytes(float(value), value, "")
+            return cls._of_bytes(_float(value), value, "")
         share = _SHARE.fullmatch(value)
         if share:
             fraction = float(share.group(1)) / 100
@@ -76,10 +87,10 @@ class Budget:
         m = _BYTES.fullmatch(value)
         if not m or m.group(2).lower() not in BYTE_UNITS:
             raise _refuse(value, "is not a byte count or a share")
-        number = float(m.group(1))
+        number = float(m.group(1)) * BYTE_UNITS[m.group(2).lower()]
         if math.isinf(number) and m.group(1) != "inf":
             raise _refuse(value, "overflows a float (write 'inf' for no budget)")
-        return cls._of_bytes(number * BYTE_UNITS[m.group(2).lower()], value, value.strip())
+        return cls._of_bytes(number, value, value.strip())
 
     @classmethod
     def _of_bytes(cls, n: float, given, text: str) -> "Budget":
@@ -94,7 +105,10 @@ class Budget:
             return cls()
         if isinstance(mb, bool) or not isinstance(mb, numbers.Real) or not mb > 0:
             raise _refuse(mb, "is not a positive number of megabytes (max_memory)")
-        return cls._of_bytes(float(mb) * 1e6, mb, f"{mb:g} MB")
+        n = _float(mb) * 1e6
+        if math.isinf(n) and not math.isinf(mb):
+            raise _refuse(mb, "overflows a float (max_memory=None for no budget)")
+        return cls._of_bytes(n, mb, f"{mb:g} MB")
 
     # ------------------------------------------------------------------ reading
     @property

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+import sequant_eval as se
 from sequant_eval.budget import Budget
 from sequant_eval.errors import BudgetError, PolicyError
 
@@ -52,6 +53,22 @@ def test_bad_values_are_one_typed_error(bad):
     assert isinstance(err, PolicyError) and err.value is bad or err.value == bad
     text = str(err)
     assert text.startswith(f"budget {bad!r} ") and "'25GB'" in text and "'25%'" in text
+
+
+def test_numbers_past_a_float_are_refused_not_taken_as_no_budget():
+    """An integer too large for a float raised OverflowError; a text whose bytes overflow
+    only after its unit (1e300 TB) or a max_memory whose bytes do (1e305 MB) read as no
+    budget. Each is a BudgetError now, naming the overflow (and a huge integer shortly)."""
+    for bad in (10 ** 400, "1e300 TB", "1e400"):
+        with pytest.raises(BudgetError, match="overflows a float") as info:
+            Budget.parse(bad)
+        assert len(str(info.value)) < 300
+    for bad in (10 ** 400, 1e305):
+        with pytest.raises(BudgetError, match="overflows a float"):
+            Budget.megabytes(bad)
+    with pytest.raises(BudgetError, match="overflows a float"):
+        se.analyze("R{a_1;i_1} = f{a_1;a_2} * t{a_2;i_1}", {"i": 4, "a": 6}, budget=10 ** 400)
+    assert Budget.parse("inf").unlimited and Budget.megabytes(math.inf).unlimited
 
 
 def test_bad_max_memory():
