@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache, partial
 
 from ..errors import (DistributedError, InfeasibleBudget, InputTypeError, PolicyError,
-                     SinkError, UnsupportedFeature)
+                     SequantEvalError, SinkError, UnsupportedFeature)
 from ..expr import Equation, check_extents
 from ..expr.stages import as_equations as _as_equations, equation_stages
 from ..forest import Forest, build_forest
@@ -325,7 +325,9 @@ class Evaluator:
         once). Such a result is written there batch by batch and never held whole: the
         budget covers only what a write holds, and the returned mapping holds the
         destination itself. A destination that cannot take its result raises
-        ``SinkError`` before any work.
+        ``SinkError`` before any work, the destinations untouched. An error found while the
+        evaluation runs (a provider or a file failing at a read, a callable sink raising)
+        leaves them partly written; its message says so.
 
         With ``client`` (a ``distributed.Client``; default: the evaluator's own) the batches
         of the outermost loops run as Dask tasks on its workers, the rest on the client
@@ -356,6 +358,12 @@ class Evaluator:
             self._check_kept(program, tensors)
         try:
             results, meter = self._run(program, backend, source, sinks)
+        except SequantEvalError as err:
+            if sinks and err.args and isinstance(err.args[0], str):
+                err.args = (f"{err.args[0]} [the evaluation had started: "
+                            f"{', '.join(f'out[{n!r}]' for n in sinks)} partly written]",
+                            ) + err.args[1:]
+            raise
         finally:
             source.release()          # the inputs are not held past the evaluation
         self.last_meter = meter

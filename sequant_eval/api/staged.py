@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
-from ..errors import ExpressionError, InfeasibleBudget
+from ..errors import ExpressionError, InfeasibleBudget, InputTypeError
 from ..expr import Equation, check_extents
 from ..expr.stages import as_equations, equation_stages
 from ..expr.index import mode_space
@@ -266,6 +266,10 @@ class StagedEvaluator:
         """``{output: array}``, the stages run in order; with ``return_meter`` also the
         whole evaluation's meter (peak: a stage's metered peak plus what was held across
         it; flops: all stages')."""
+        if not isinstance(tensors, Mapping):
+            raise InputTypeError(
+                f"tensors must be a mapping from tensor name to an array, a mapping of "
+                f"blocks or a provider, got {type(tensors).__name__}")
         for eq in self.equations:
             if eq.name in tensors:
                 raise ExpressionError(

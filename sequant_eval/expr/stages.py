@@ -37,6 +37,9 @@ def as_equations(eqs: str | Equation | Sequence[Equation]) -> tuple[Equation, ..
     """Equations from text, one Equation or a sequence of them (names checked unique)."""
     if isinstance(eqs, str):
         return tuple(parse(eqs))
+    if isinstance(eqs, (bytes, bytearray)):
+        raise InputTypeError("equations given as bytes; decode them to text first "
+                             "(eqs.decode('utf-8')) or read the file in text mode")
     if isinstance(eqs, Equation):
         return (eqs,)
     if not isinstance(eqs, Sequence) and not hasattr(eqs, "__iter__"):

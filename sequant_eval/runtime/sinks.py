@@ -26,21 +26,27 @@ import os
 from collections.abc import Callable, Mapping
 import numpy as np
 
-from ..errors import SinkError
+from ..errors import SequantEvalError, SinkError
 from ..plan.loops import LoopKind
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
 from ..schedule.peak import folded_into, sink_piece, sink_piece_bytes, sink_write_bytes
 from .backends import add_scaled
+from .sources import closed_dataset
 
 __all__ = ["Sink", "sink_kind", "make_sink", "make_sinks", "check_sinks"]
 
 
 def sink_kind(name: str, dest: object) -> str:
     """``"accumulate"`` for an array or dataset, ``"once"`` for a callable (else refused)."""
-    if hasattr(dest, "shape") and hasattr(dest, "__setitem__"):
+    if closed_dataset(dest):
+        raise SinkError(f"out[{name!r}] is an HDF5 dataset whose file is closed; keep the "
+                        f"file open (h5py.File(path, 'r+')) until the evaluation returns")
+    if isinstance(dest, type):
+        pass                               # a class (np.ndarray itself): not a destination
+    elif hasattr(dest, "shape") and hasattr(dest, "__setitem__"):
         return "accumulate"
-    if callable(dest):
+    elif callable(dest):
         return "once"
     raise SinkError(f"out[{name!r}] is a {type(dest).__name__}; a sink is a NumPy array, an "
                     f"np.memmap, an h5py dataset or zarr array of the result's shape, or a "
@@ -151,7 +157,14 @@ class _CallableSink(Sink):
 
     def _hand(self, offset, block) -> None:
         ranges = tuple((o, o + n) for o, n in zip(offset, block.shape))
-        self.dest(self.spaces, ranges, block)
+        try:
+            self.dest(self.spaces, ranges, block)
+        except SequantEvalError:
+            raise
+        except Exception as err:            # the caller's own code: named, cause chained
+            raise SinkError(f"the sink out[{self.name!r}] failed for the slice at ranges "
+                            f"{list(ranges)} of {self.name}: {type(err).__name__}: {err}; "
+                            f"the slices before it were handed over") from err
 
 
 def make_sink(name: str, dest, spaces: tuple[str, ...], shape: tuple[int, ...],

@@ -47,7 +47,19 @@ Ranges = tuple[tuple[int, int], ...]
 
 
 def _is_arraylike(x: object) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "__getitem__") and not isinstance(x, Mapping)
+    """An array or an array-like (h5py, zarr): a shape and indexing; not a class (the type
+    ``np.ndarray`` itself has a ``shape`` attribute) and not a mapping of blocks."""
+    return (not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "__getitem__")
+            and not isinstance(x, Mapping))
+
+
+def closed_dataset(x: object) -> bool:
+    """Whether ``x`` is an h5py dataset whose file is closed (anything read of it, even its
+    shape, raises h5py's own RuntimeError)."""
+    if not getattr(type(x), "__module__", "").startswith("h5py"):
+        return False
+    ident = getattr(x, "id", None)              # h5py's ids are false when closed: no bool()
+    return ident is not None and not getattr(ident, "valid", True)
 
 
 def takes_ranges(fn: Callable) -> bool:
@@ -222,15 +234,21 @@ class TensorSource:
                     f"{self._where(v.id)} but was not supplied; supplied: "
                     f"{', '.join(sorted(self.tensors)) or 'nothing'}")
             given = self.tensors[v.tensor]
+            blocks = given.values() if isinstance(given, Mapping) else (given,)
+            if any(closed_dataset(b) for b in blocks):
+                raise MissingTensor(
+                    f"tensor {v.tensor!r} is an HDF5 dataset whose file is closed; keep the "
+                    f"file open until the evaluation returns (evaluate inside the "
+                    f"`with h5py.File(path) as f:` block)")
             if isinstance(given, Mapping):
                 if slots not in given:
                     raise MissingTensor(
                         f"tensor {v.tensor!r} has no block {slots} (needed by "
-                        f"{self._where(v.id)}); it has {sorted(given)}")
+                        f"{self._where(v.id)}); it has {sorted(given, key=repr)}")
                 self._check_shape(v.tensor, slots, given[slots], "block")
             elif _is_arraylike(given):
                 self._layout(v.tensor, given, len(slots))
-            elif not callable(given):
+            elif isinstance(given, type) or not callable(given):     # a class: np.ndarray
                 raise InputTypeError(
                     f"tensor {v.tensor!r} is a {type(given).__name__}; give an array (or an "
                     f"array-like such as an h5py dataset), a mapping from space tuples to "
@@ -357,9 +375,11 @@ class TensorSource:
                  cast: bool = True) -> Callable[[Ranges], object]:
         """Every read, whatever the source: a file behind it checked first (still the
         file it was opened as, still long enough), failures typed (the original chained),
-        the shape of what came back checked against the request, its elements numeric
-        and cast to the evaluation's dtype where that loses nothing (with ``cast`` False
-        only checked: a diagonal casts what it keeps, not the block it is taken from)."""
+        the shape of what came back checked against the request, an array-like read into
+        an array (a provider may hand back an h5py dataset or a lazy view), its elements
+        numeric and cast to the evaluation's dtype where that loses nothing (with ``cast``
+        False only checked: a diagonal casts what it keeps, not the block it is taken
+        from)."""
         def checked(r: Ranges):
             request = f" (asked for ranges {list(r)})"
             if backing is not None:
@@ -374,6 +394,14 @@ class TensorSource:
                     f"{type(err).__name__}: {err}") from err
             self._check_shape(name, spaces, out, "block", tuple(hi - lo for lo, hi in r),
                               f" as read{request}")
+            if not isinstance(out, np.ndarray):   # a provider's h5py dataset, lazy view: read
+                try:
+                    out = np.asarray(out[...])
+                except Exception as err:
+                    raise MissingTensor(
+                        f"block {spaces} of tensor {name!r} came back as a "
+                        f"{type(out).__name__}{request}, and reading it (block[...]) failed: "
+                        f"{type(err).__name__}: {err}") from err
             dt = np.dtype(getattr(out, "dtype", np.float64))
             want = self.dtype()
             if dt == want:

@@ -168,3 +168,46 @@ def test_non_string_tensor_names_are_refused():
     with pytest.raises(se.InputTypeError, match="tensor names"):
         se.evaluate("E = f{i_1;i_2} * g{i_2;i_1}", {1: np.ones((3, 3)), "f": np.ones((3, 3)),
                                                      "g": np.ones((3, 3))}, {"i": 3})
+
+
+def test_inputs_a_probe_found_raising_untyped_errors(tmp_path):
+    """Each of these raised a raw RuntimeError, TypeError, ValueError or KeyError (a hostile-
+    input probe, 2026-12-07): a closed HDF5 dataset, a block mapping whose keys mix
+    strings and tuples with the needed block missing, the class np.ndarray itself, a
+    provider handing back an array-like without ``__array__`` (it evaluates now: oracle
+    np.einsum), tensors not a mapping for equations run in stages, and equations as bytes."""
+    import h5py
+
+    text, ext = "R{a_1;i_1} = f{a_1;a_2} * t{a_2;i_1}", {"a": 6, "i": 4}
+    rng = np.random.default_rng(1)
+    f, t = rng.random((6, 6)), rng.random((6, 4))
+    with h5py.File(tmp_path / "f.h5", "w") as h:
+        h.create_dataset("f", data=f)
+    h = h5py.File(tmp_path / "f.h5", "r")
+    closed = h["f"]
+    h.close()
+    with pytest.raises(se.MissingTensor, match="'f' is an HDF5 dataset whose file is closed"):
+        se.evaluate(text, {"f": closed, "t": t}, ext)
+    with pytest.raises(se.MissingTensor, match=r"has no block \('a', 'i'\)"):
+        se.evaluate(text, {"f": f, "t": {("i", "a"): t.T, "ai": t}}, ext)
+    with pytest.raises(se.InputTypeError, match="'f' is a type"):
+        se.evaluate(text, {"f": np.ndarray, "t": t}, ext)
+
+    class Lazy:                         # a shape, a dtype and slicing; no __array__
+        def __init__(self, a):
+            self.a, self.shape, self.dtype = a, a.shape, a.dtype
+
+        def __getitem__(self, key):
+            return self.a[key]
+
+    def provider(spaces, ranges):
+        return Lazy(f[tuple(slice(lo, hi) for lo, hi in ranges)])
+
+    got = se.evaluate(text, {"f": provider, "t": t}, ext, budget="60%")
+    assert np.allclose(got["R"], np.einsum("ab,bi->ai", f, t), rtol=1e-12, atol=0)
+    staged = "X{a_1;i_1} = 2 t{a_1;i_1}\nR{a_1;i_1} = 3 X{a_1;i_1}"
+    for bad in (None, [1, 2], "abc"):
+        with pytest.raises(se.InputTypeError, match="tensors must be a mapping"):
+            se.evaluate(staged, bad, ext)
+    with pytest.raises(se.InputTypeError, match="bytes; decode them"):
+        se.evaluate(text.encode(), {"f": f, "t": t}, ext)

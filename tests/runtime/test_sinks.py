@@ -298,3 +298,45 @@ def test_ccsdt_traced_within_the_prediction():
     assert _close(dest, want)
     assert meter.peak_bytes <= 0.1 * top
     assert traced <= 1.05 * meter.peak_bytes
+
+
+def test_destinations_a_probe_found_raising_untyped_errors(tmp_path):
+    """A closed HDF5 dataset and the class np.ndarray as destinations raised raw
+    RuntimeError / TypeError (a hostile-input probe, 2026-12-07): SinkError now, before
+    any work. A callable sink that raises is named with its slice (its error chained), and
+    an error found once writing has begun says the destinations are partly written (a
+    provider failing at its third read: the first batches are already added in)."""
+    text, ext = "R{a_1;i_1} = 2 g{a_1;i_1}", {"a": 6, "i": 4}
+    g = np.arange(24.0).reshape(6, 4)
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        f.create_dataset("R", (6, 4), "f8")
+    f = h5py.File(tmp_path / "r.h5", "r+")
+    closed = f["R"]
+    f.close()
+    with pytest.raises(se.SinkError, match="HDF5 dataset whose file is closed"):
+        se.evaluate(text, {"g": g}, ext, out={"R": closed})
+    with pytest.raises(se.SinkError, match="out\\['R'\\] is a type"):
+        se.evaluate(text, {"g": g}, ext, out={"R": np.ndarray})
+
+    def full(spaces, ranges, block):
+        raise KeyError("no room")
+
+    with pytest.raises(se.SinkError, match=r"sink out\['R'\] failed for the slice at ranges "
+                       r"\[\(0, 6\), \(0, 4\)\] of R: KeyError: 'no room'") as info:
+        se.evaluate(text, {"g": g}, ext, out={"R": full})
+    assert isinstance(info.value.__cause__, KeyError)
+    assert "partly written" in str(info.value)
+
+    reads = []
+
+    def flaky(spaces, ranges):
+        reads.append(ranges)
+        (lo, hi), cols = ranges[0], ranges[1]
+        return g[lo:hi - (len(reads) == 3), cols[0]:cols[1]]
+
+    t = "R{a_1;i_1} = f{a_1;a_2} * g{a_2;i_1}"
+    dest = np.full((6, 4), 7.0)
+    with pytest.raises(se.ShapeMismatch, match=r"partly written\]$"):
+        se.evaluate(t, {"f": np.eye(6), "g": flaky}, ext, out={"R": dest},
+                    budget=se.min_budget(t, ext))
+    assert len(reads) == 3 and not np.all(dest == 7.0)       # it had begun
