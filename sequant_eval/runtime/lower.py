@@ -29,7 +29,7 @@ from ..schedule.ordered import BuildStep, Output, ScopeBlock
 from ..schedule.peak import (allocations, common_factors, folded_into, moves,
                              scaled_in_place, schedule_points, stream_rows)
 from .graph import Graph, Node, Op
-from .program import Block, Extent, LoopProgram, Span, Work, symbolic
+from .program import Block, Extent, LoopProgram, Rows, Span, Work, symbolic
 
 __all__ = ["Lowered", "lower_schedule", "lower_program"]
 
@@ -293,6 +293,9 @@ class _Lowering:
                                                 tag=f"f{step.form} sum")
         shape = tuple(self.a.shapes[leaf.value])
         rows = stream_rows(shape, self.a.plan.policy.itemsize)
+        if self.loops and shape and shape[0] > rows:
+            self.stream_loop(step, leaf.id, entry, shape, rows, tag)
+            return
         for lo in range(0, shape[0], rows) if shape else (0,):
             index = ((lo, min(lo + rows, shape[0])),) + (None,) * (len(shape) - 1) \
                 if shape else ()
@@ -305,6 +308,26 @@ class _Lowering:
                 Op.ADD_INTO, (target, part),
                 (at, entry.perm, float(entry.coefficient), 2.0 * prod(part_shape)),
                 self.g.nodes[target].shape, f"{tag} entry {step.entry} (streamed)")
+
+    def stream_loop(self, step: BuildStep, leaf: int, entry, shape: tuple, rows: int,
+                    tag: str) -> None:
+        """``stream``'s chunks as one block of the loop program, run once per chunk."""
+        self.blocks += 1
+        inner, outer = Block(Rows(leaf, rows, shape[0]), self.blocks), self.body
+        outer.append(inner)
+        self.body = inner.body
+        index = (Span(self.depth),) + (None,) * (len(shape) - 1)
+        part_shape = (Extent(self.depth),) + shape[1:]
+        value = self.forms[leaf].value
+        part = self.emit(Op.SLICE, (self.inputs[value],), (index,), part_shape,
+                         f"f{leaf} rows")
+        target = self.node_of[step.form]
+        self.node_of[step.form] = self.emit(
+            Op.ADD_INTO, (target, part),
+            (tuple(index[p] for p in entry.perm), entry.perm, float(entry.coefficient),
+             _work(2.0, part_shape)),
+            self.g.nodes[target].shape, f"{tag} entry {step.entry} (streamed)")
+        self.body = outer
 
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]

@@ -29,7 +29,7 @@ from math import prod
 from ..plan.loops import Loop
 from .graph import Graph, Op
 
-__all__ = ["Span", "Extent", "Work", "Block", "LoopProgram", "resolve", "symbolic",
+__all__ = ["Span", "Extent", "Work", "Rows", "Block", "LoopProgram", "resolve", "symbolic",
            "reserve_bound", "PROGRAM_BYTES_PER_NODE", "PROGRAM_BYTES_FIXED", "PLAN_BYTES",
            "GROWTH"]
 
@@ -80,6 +80,26 @@ def symbolic(x) -> bool:
     if isinstance(x, tuple):
         return any(symbolic(y) for y in x)
     return isinstance(x, (Span, Extent, Work))
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The loop over a streamed leaf's rows (``stream_rows`` of them a pass): a leaf entry
+    of a sum read from its source chunk by chunk, as a loop of the program rather than a
+    node pair per chunk, so the program does not grow with the size of the data."""
+
+    form: int           # the leaf form streamed
+    block: int          # rows a pass
+    extent: int         # rows in all
+
+    @property
+    def nbatches(self) -> int:
+        return -(-self.extent // self.block)
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The row range of every pass (the last short)."""
+        return [(lo, min(lo + self.block, self.extent))
+                for lo in range(0, self.extent, self.block)]
 
 
 @dataclass(slots=True)
@@ -186,8 +206,10 @@ class LoopProgram:
             for item in block.body:
                 if isinstance(item, Block):
                     lp = item.loop
-                    lines.append(f"{pad}loop L{lp.id} {{{lp.space}}} {lp.nbatches} x "
-                                 f"{lp.block} over {lp.extent}:")
+                    what = f"rows of f{lp.form}" if isinstance(lp, Rows) else \
+                        f"L{lp.id} {{{lp.space}}}"
+                    lines.append(f"{pad}loop {what} {lp.nbatches} x {lp.block} over "
+                                 f"{lp.extent}:")
                     show(item, depth + 1)
                 else:
                     node = self.graph.nodes[item]

@@ -284,3 +284,27 @@ def test_kernel_plans_stay_within_their_share(arrays, top):
     ref = se.evaluate(ccsd_equations(), arrays, EXT)
     for name in ref:
         assert np.abs(out[name] - ref[name]).max() <= 1e-12 * np.abs(ref[name]).max(), name
+
+
+def test_a_streamed_leaf_is_a_loop_of_the_program_not_a_node_pair_per_chunk():
+    """A leaf entry of a sum is read into it chunk by chunk (``stream_rows`` rows a
+    pass). The chunks were unrolled in the loop program, a slice and an add each, so the
+    program grew with the data (``R2 = g - 1/2 g``: 202 nodes at a = 300, 300,002 at
+    a = 100,000, whose reserve of 229 MiB made a 1 MB budget's refusal take seconds, and
+    minutes at a = 10**7). Now they are one block run once per chunk: the same nodes at
+    every size. Oracles: NumPy for the values, the prediction for the meter."""
+    text = "R2{a_1,a_2;i_1,i_2} = g{a_1,a_2;i_1,i_2} - 1/2 g{a_2,a_1;i_1,i_2}"
+    nodes = {a: se.Evaluator(text, {"i": 4, "a": a}, budget="1 TB").batched.program().nodes
+             for a in (300, 3000, 30000)}
+    assert len(set(nodes.values())) == 1, nodes
+    ev = se.Evaluator(text, {"i": 4, "a": 300}, budget="1 TB")
+    assert "loop rows of" in ev.batched.program().dump()
+    g = np.random.default_rng(3).random((300, 300, 4, 4))
+    got = ev.evaluate({"g": g})["R2"]
+    assert np.abs(got - (g - 0.5 * g.transpose(1, 0, 2, 3))).max() <= 1e-12
+    assert ev.last_meter.peak_bytes == ev.analyze().peak_bytes
+    with pytest.raises(se.InfeasibleBudget) as info:
+        se.analyze(text, {"i": 4, "a": 10 ** 7}, budget="1MB")
+    import re
+    reserve = int(re.search(r"\((\d+) B\) is the program itself", str(info.value)).group(1))
+    assert reserve < 100_000, reserve               # 68.7 KiB (229 MiB at a = 10**5 before)
