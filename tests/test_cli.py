@@ -105,6 +105,12 @@ def test_malformed_extent(small, capsys):
              "'i=²'")
 
 
+def test_an_extent_given_twice_is_refused(small, capsys):
+    """It took the last value silently (a hostile-input probe, 2026-12-07)."""
+    _refused(["analyze", small, "--extent", "i=4", "--extent", "a=6", "--extent", "i=5"],
+             capsys, "--extent gives space 'i' twice", "i=4 and i=5")
+
+
 def test_analyze_without_extents(small, capsys):
     _refused(["analyze", small], capsys, "--extent SPACE=N", "--regime")
 

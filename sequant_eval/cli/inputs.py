@@ -151,7 +151,11 @@ def _assignments(items: Sequence[str], flag: str) -> dict[str, int]:
         if not sep or not name.strip() or not (value.isascii() and value.isdigit()) or (
                 int(value) < 1):
             raise UsageError(f"{flag} expects SPACE=N with N a positive integer, got {item!r}")
-        out[name.strip()] = int(value)
+        name = name.strip()
+        if name in out and out[name] != int(value):
+            raise UsageError(f"{flag} gives space {name!r} twice ({name}={out[name]} and "
+                             f"{item.strip()}); give each space once")
+        out[name] = int(value)
     return out
 
 
