@@ -119,7 +119,10 @@ class ResidualProgram:
         if limit.budget.unlimited:
             ev = self._unbatched()
             cap = limit.max_memory
-            if cap.unlimited or self.report_of(ev).peak_bytes + limit.held <= cap.fixed:
+            # the program itself counts as under a budget (runtime/program.py: its reserve),
+            # so a max_memory below the smallest one named when refused never runs
+            if cap.unlimited or (self.report_of(ev).peak_bytes + ev.program_reserve()
+                                 + limit.held <= cap.fixed):
                 return ev
             self.budget = cap                       # over max_memory: batched within it
         try:

@@ -178,6 +178,23 @@ def test_a_max_memory_too_small_is_refused_naming_max_memory_and_enough(water):
     assert abs(ours.e_corr - CCSD(water, **TIGHT).run().e_corr) < 1e-10
 
 
+def test_no_max_memory_below_the_named_smallest_runs(water):
+    """A max_memory over the unbatched residual's arrays but under arrays plus the
+    program's reserve ran unbatched, though a smaller one was refused naming a smallest
+    max_memory above it (a hostile-input probe: 0.02 MB ran, 0.001 MB named 1.06 MB).
+    Oracle: feasibility monotone in max_memory — the values below the named smallest are
+    refused, the named one runs."""
+    plain = CCSD(water, max_memory=None)
+    arrays = plain.program().report().peak_bytes
+    reserve = plain.evaluator().program_reserve()
+    between = (arrays + 0.5 * reserve) / 1e6                  # arrays fit, program not
+    with pytest.raises(InfeasibleBudget) as info:
+        CCSD(water, max_memory=between).program()
+    named = float(re.search(r"at least ([0-9.]+) MB", str(info.value)).group(1))
+    assert named > between
+    CCSD(water, max_memory=named).program()
+
+
 def test_ccsdt_kernel_returns_the_triples():
     mf = _rhf("sto-3g")
     e, t1, t2, t3 = CCSDT(mf, **TIGHT).kernel()
