@@ -337,11 +337,21 @@ def open_checkpoint(path: str | os.PathLike):
     except OSError as err:
         raise CheckpointError(f"cannot read the checkpoint {path} ({err})") from err
     with h5:
-        if h5.attrs.get("format") != _FORMAT or "fingerprint" not in h5:
-            raise CheckpointError(f"{path} is not a checkpoint of this version "
-                                  f"(format {h5.attrs.get('format')!r}, expected {_FORMAT})")
-        _verify(h5, path)
-        history = tuple(IterationRecord(int(r[0]), float(r[1]), float(r[2]), float(r[3]),
-                                        int(r[4])) for r in np.asarray(h5["history"]))
-        yield Checkpoint(path, Fingerprint.read(h5["fingerprint"]), history,
-                         h5["amplitudes"], h5["diis"] if "diis" in h5 else None)
+        try:
+            if h5.attrs.get("format") != _FORMAT or "fingerprint" not in h5:
+                raise CheckpointError(f"{path} is not a checkpoint of this version (format "
+                                      f"{h5.attrs.get('format')!r}, expected {_FORMAT})")
+            _verify(h5, path)
+            history = tuple(IterationRecord(int(r[0]), float(r[1]), float(r[2]),
+                                            float(r[3]), int(r[4]))
+                            for r in np.asarray(h5["history"]))
+            found = Checkpoint(path, Fingerprint.read(h5["fingerprint"]), history,
+                               h5["amplitudes"], h5["diis"] if "diis" in h5 else None)
+        except CheckpointError:
+            raise
+        except Exception as err:       # h5py's KeyError, RuntimeError, OSError on damage
+            raise CheckpointCorrupt(
+                f"checkpoint {path} is damaged: its HDF5 structure cannot be read "
+                f"({type(err).__name__}: {err}); restart from another checkpoint or start "
+                "afresh without restart", path, (f"{type(err).__name__}: {err}",)) from err
+        yield found

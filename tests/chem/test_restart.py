@@ -140,6 +140,33 @@ def test_restart_refusals(water, tmp_path):
         CCSD(water, chkfile=bad, restart=True).run()
 
 
+def test_a_damaged_checkpoint_is_a_checkpoint_error_wherever_the_damage(checkpoint,
+                                                                         tmp_path):
+    """One byte flipped at every 199th offset of a real checkpoint: opening it either gives
+    the checkpoint (a byte nothing reads) or a CheckpointError. A flip in the HDF5
+    structure raised h5py's KeyError, RuntimeError, or an OSError that restart reported as
+    a failed write (a hostile-input probe, 2026-12-07). Oracle: the error type alone; at
+    least one flip lands in the structure and one in a checksummed block."""
+    from sequant_eval.chem.checkpoint import CheckpointCorrupt, open_checkpoint
+
+    data = checkpoint.read_bytes()
+    corrupt = set()
+    for at in range(0, len(data), 199):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x5A
+        path = tmp_path / f"at{at}.chk"
+        path.write_bytes(bytes(damaged))
+        try:
+            with open_checkpoint(path):
+                pass
+        except CheckpointCorrupt as err:
+            corrupt.add("structure" if "cannot be read" in str(err) else "checksum")
+        except CheckpointError:
+            pass
+        path.unlink()
+    assert corrupt == {"structure", "checksum"}
+
+
 # -------------------------------------------------------------------------- logging
 def test_silent_unless_asked(water, capsys, caplog):
     """No output by default; an application's handler gets one INFO record per iteration
