@@ -19,6 +19,7 @@ line does).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
@@ -94,6 +95,21 @@ def check_run_options(cc: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise OptionError(f"{name}={value!r}: give an integer >= {least} (PySCF's "
                               f"default {getattr(CoupledCluster, name)})")
+    # the rest before any work, too: each was found by a probe failing mid-run or untyped
+    if cc.verbose is not None and not isinstance(cc.verbose, (bool, int, np.integer)):
+        raise OptionError(f"verbose={cc.verbose!r}: give an integer (PySCF's levels: 3 the "
+                          f"energies, 4 every iteration, 5 debug) or True")
+    if cc.callback is not None and not callable(cc.callback):
+        raise OptionError(f"callback={cc.callback!r}: give a function callback(record, "
+                          f"seconds, peak_bytes), called after every iteration, or None")
+    if cc.chkfile is not None and not isinstance(cc.chkfile, (str, os.PathLike)):
+        raise OptionError(f"chkfile={cc.chkfile!r}: give a file path (str or pathlib.Path)")
+    if not isinstance(cc.restart, (bool, str, os.PathLike)):
+        raise OptionError(f"restart={cc.restart!r}: give True (from chkfile), False, or the "
+                          f"path of the checkpoint to continue from")
+    if cc.backend not in ("numpy", "cupy", "auto"):
+        raise OptionError(f"backend={cc.backend!r}: a CC method runs on 'numpy', 'cupy' or "
+                          f"'auto' (a dry run of its residual: se.analyze on its equations)")
 
 
 class CoupledCluster:
@@ -143,7 +159,9 @@ class CoupledCluster:
     chkfile, restart
         ``chkfile``: an HDF5 checkpoint written atomically after every iteration
         (:mod:`~sequant_eval.chem.checkpoint`); ``restart=True`` continues from it (to
-        the same energy as the run that wrote it), refusing a checkpoint of another system.
+        the same energy as the run that wrote it), refusing a checkpoint of another system;
+        ``restart=PATH`` continues from the checkpoint at ``PATH`` instead (``chkfile``,
+        when given, is written from then on).
     backend
         The evaluator's backend, ``"numpy"``.
     callback
@@ -363,6 +381,9 @@ class CoupledCluster:
         """The compiled residual (planned under the budget on first use, and again when
         ``packed_pairs`` or ``intermediates`` has changed since)."""
         options = (self.packed_pairs, self.intermediates)
+        if not (self.intermediates is None or isinstance(self.intermediates, bool)):
+            raise OptionError(f"intermediates={self.intermediates!r}: give True, False or "
+                              f"None (the default: found where they pay)")
         if self._program is None or self._program_options != options:
             ints, self._program_options = self.integrals, options
             plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()

@@ -17,7 +17,7 @@ from ..expr import to_text
 from .checkpoint import (Fingerprint, open_checkpoint, remove_stale_temporaries,
                          write_checkpoint)
 from .process_memory import release_free_memory
-from .solver import IterationRecord, SolverState, solve_cc, swap_halves
+from .solver import IterationRecord, SolverState, from_pyscf, solve_cc
 
 __all__ = ["Solve", "fingerprint"]
 
@@ -77,10 +77,11 @@ class Solve:
         """``(t_init, history)``: from the checkpoint, the given amplitudes or the guess."""
         cc = self.cc
         if cc.restart:
-            if not cc.chkfile:
+            source = cc.chkfile if cc.restart is True else cc.restart
+            if not source:
                 raise UsageError(f"{cc.method}: restart=True needs chkfile=PATH, the "
-                                 "checkpoint to continue from")
-            with open_checkpoint(cc.chkfile) as ck:
+                                 "checkpoint to continue from (or restart=PATH)")
+            with open_checkpoint(source) as ck:
                 ck.check(self.fingerprint)
                 spaces = {} if cc.layout is None else cc.layout.spaces
                 layout = [(k, ck.amplitudes[k].shape, *([spaces[k]] if k in spaces else []))
@@ -89,11 +90,12 @@ class Solve:
                 t = session.restore(ck.amplitudes, phases)
                 if session.diis is not None and ck.diis is not None:
                     session.diis.restore(ck.diis, None if phases is None else phases.flat)
-                log.info("restart from %s at iteration %d", cc.chkfile, len(ck.history))
+                log.info("restart from %s at iteration %d", source, len(ck.history))
                 return t, list(ck.history)
         t = session.guess()
-        if self.given:
-            t = session.restore({k: session.adopt(swap_halves(self.given[k]), k)
+        if self.given:                      # checked against the guess's shapes first
+            t = session.restore({k: session.adopt(from_pyscf(k, self.given[k],
+                                                             tuple(v.shape)), k)
                                  if k in self.given else v for k, v in t.items()})
         return t, []
 

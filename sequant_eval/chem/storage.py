@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InputTypeError, UsageError
 from .diis import DIIS, HDF5DIIS, slabs
 from .solver import SPIN_ORBITAL_SPACES, denominators, mp2_guess, orbital_denominators
 
@@ -235,6 +235,9 @@ class OnDisk:
     out_of_core = True
 
     def __init__(self, directory: str | os.PathLike, slab_bytes: float | None = None) -> None:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise InputTypeError(f"OnDisk(directory): give a folder path (str or "
+                                 f"pathlib.Path), got {type(directory).__name__} {directory!r}")
         self.directory = Path(directory)
         self.slab_bytes = slab_bytes
 
@@ -246,6 +249,9 @@ class OnDisk:
         from .process_memory import map_large_allocations
         from .scratch import clean
 
+        if self.directory.exists() and not self.directory.is_dir():
+            raise UsageError(f"integrals on disk: {self.directory} is a file, not a folder; "
+                             "name a folder (the integral file is written inside it)")
         if not self.directory.is_dir():
             raise UsageError(f"integrals on disk: folder {self.directory} does not exist; "
                              "create it first")

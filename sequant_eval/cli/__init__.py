@@ -98,7 +98,7 @@ def _method(args: argparse.Namespace, mf):
     options = dict(frozen=_frozen(args.frozen), budget=_flag_budget(args.budget),
                    backend=args.backend, conv_tol=args.conv_tol,
                    conv_tol_normt=args.conv_tol_normt, max_cycle=args.max_iter,
-                   chkfile=args.chkfile or args.restart, restart=args.restart is not None)
+                   chkfile=args.chkfile or args.restart, restart=args.restart or False)
     if args.max_memory is not None:
         options["max_memory"] = args.max_memory
     if args.method == "ccsdt":

@@ -271,3 +271,38 @@ def test_triples_refuse_amplitudes_that_are_not_real_numbers():
         open_shell.ccsd_t(open_shell.t1[0], open_shell.t2[0])
     with pytest.raises(InputTypeError, match="real numeric"):
         open_shell.ccsd_t(tuple(a + 0j for a in open_shell.t1), open_shell.t2)
+
+
+def test_options_and_amplitudes_a_probe_found_failing_untyped_or_late(water, radical,
+                                                                      tmp_path):
+    """Each raised a raw ValueError / TypeError, or was taken and failed mid-run after the
+    checkpoint was written, or silently meant something else (a hostile-input probe,
+    2026-12-07). Now each is a typed refusal before any work, and no file is written."""
+    from sequant_eval.errors import OptionError, UsageError
+
+    chk = tmp_path / "run.chk"
+    refused = {"verbose='abc'": dict(verbose="abc"), "verbose=[4]": dict(verbose=[4]),
+               "callback=5": dict(callback=5), "chkfile=5": dict(chkfile=5),
+               "restart=5": dict(restart=5), "backend='dryrun'": dict(backend="dryrun")}
+    for why, options in refused.items():
+        with pytest.raises(OptionError):
+            CCSD(water, **{"chkfile": chk, **options}).run()
+        assert not chk.exists(), why
+    for value in (0, "no", "False"):         # 0 == False, but "no" turned them on
+        with pytest.raises(OptionError, match="intermediates"):
+            CCSD(water, intermediates=value).program()
+    for folder in (None, 5):
+        with pytest.raises(InputTypeError, match="folder path"):
+            OnDisk(folder)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        CCSD(water, storage=OnDisk(a_file))
+    no, nv = water.mol.nelectron // 2, water.mo_coeff.shape[1] - water.mol.nelectron // 2
+    for t1, t2, culprit in ((np.zeros(no * nv), None, ShapeMismatch),
+                            (None, np.zeros((no, no, nv)), ShapeMismatch),
+                            ("x", None, InputTypeError), (object(), None, InputTypeError)):
+        with pytest.raises(culprit, match="amplitude t"):
+            CCSD(water).kernel(t1, t2)
+    with pytest.raises(ShapeMismatch, match="amplitude t1a"):
+        CCSD(radical).kernel((np.zeros(3), np.zeros(3)))

@@ -191,6 +191,24 @@ def test_silent_unless_asked(water, capsys, caplog):
     assert capsys.readouterr().out.splitlines()[0] == "CCSD converged"
 
 
+def test_restart_from_one_checkpoint_writing_another(water, uninterrupted, tmp_path, capsys):
+    """``restart=PATH`` (CLI ``--restart A --chkfile B``) continues from A and writes B; the
+    CLI read B, found none and refused (a hostile-input probe, 2026-12-07). Oracle: the
+    uninterrupted run's energy; A left as it was."""
+    a, b = tmp_path / "a.chk", tmp_path / "b.chk"
+    CCSD(water, max_cycle=4, chkfile=a, **TIGHT).run()
+    before = a.read_bytes()
+    rest = CCSD(water, chkfile=b, restart=a, **TIGHT).run()
+    assert abs(rest.e_corr - uninterrupted.e_corr) < 1e-9
+    assert b.is_file() and a.read_bytes() == before
+    b.unlink()
+    argv = ["ccsd", "--basis", "sto-3g", "--max-iter", "3", "--chkfile", str(a)]
+    main(argv)
+    assert main(["ccsd", "--basis", "sto-3g", "--restart", str(a), "--chkfile", str(b)]) == 0
+    assert b.is_file()
+    capsys.readouterr()
+
+
 # -------------------------------------------------------------------------- the CLI, killed
 #: Runs the CLI and kills its own process with SIGKILL as iteration ``N`` is logged (after
 #: its checkpoint is written), so the test does not depend on timing.
