@@ -19,7 +19,6 @@ line does).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
@@ -32,6 +31,7 @@ from ..errors import (ClosedError, InputTypeError, OptionError, SequantEvalError
                       StorageError, UnsupportedFeature, UsageError)
 from ..units import format_bytes
 from .program import MemoryLimit, ResidualProgram, infeasible_iteration
+from .options import check_run_options
 from .solve import Solve
 from .solver import CCResult, IterationRecord, from_pyscf, swap_halves
 from .storage import InMemory, OnDisk
@@ -77,39 +77,6 @@ def require_mean_field(mf: Any) -> None:
         raise InputTypeError(
             f"mf must be a PySCF SCF object (e.g. pyscf.scf.RHF(mol).run()), got "
             f"{type(mf).__name__}: it is not a PySCF SCF object")
-
-
-def check_run_options(cc: Any) -> None:
-    """Refuse (OptionError) convergence options a solve cannot honour: ``conv_tol`` and
-    ``conv_tol_normt`` must be positive finite numbers, ``max_cycle`` an integer >= 1
-    (0 would return the guess, unconverged), ``diis_space`` an integer >= 0."""
-    for name in ("conv_tol", "conv_tol_normt"):
-        value = getattr(cc, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
-                                                             np.integer)) \
-                or not 0 < float(value) < float("inf"):
-            raise OptionError(f"{name}={value!r}: give a positive finite number (PySCF's "
-                              f"default {getattr(CoupledCluster, name)})")
-    for name, least in (("max_cycle", 1), ("diis_space", 0)):
-        value = getattr(cc, name)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise OptionError(f"{name}={value!r}: give an integer >= {least} (PySCF's "
-                              f"default {getattr(CoupledCluster, name)})")
-    # the rest before any work, too: each was found by a probe failing mid-run or untyped
-    if cc.verbose is not None and not isinstance(cc.verbose, (bool, int, np.integer)):
-        raise OptionError(f"verbose={cc.verbose!r}: give an integer (PySCF's levels: 3 the "
-                          f"energies, 4 every iteration, 5 debug) or True")
-    if cc.callback is not None and not callable(cc.callback):
-        raise OptionError(f"callback={cc.callback!r}: give a function callback(record, "
-                          f"seconds, peak_bytes), called after every iteration, or None")
-    if cc.chkfile is not None and not isinstance(cc.chkfile, (str, os.PathLike)):
-        raise OptionError(f"chkfile={cc.chkfile!r}: give a file path (str or pathlib.Path)")
-    if not isinstance(cc.restart, (bool, str, os.PathLike)):
-        raise OptionError(f"restart={cc.restart!r}: give True (from chkfile), False, or the "
-                          f"path of the checkpoint to continue from")
-    if cc.backend not in ("numpy", "cupy", "auto"):
-        raise OptionError(f"backend={cc.backend!r}: a CC method runs on 'numpy', 'cupy' or "
-                          f"'auto' (a dry run of its residual: se.analyze on its equations)")
 
 
 class CoupledCluster:
@@ -206,8 +173,8 @@ class CoupledCluster:
     def __init__(self, mf: Any, frozen: Any = 0, *, budget: Any = None,
                  max_memory: float | None = None, storage: Any = None, **options: Any) -> None:
         require_mean_field(mf)
-        self.mf = mf
         self._integrals = self._program = None
+        self._mf = mf
         self._program_options: tuple | None = None   # what the program was built with
         self._closed = False
         self._frozen = frozen
@@ -263,6 +230,17 @@ class CoupledCluster:
             if hasattr(self._integrals, "close"):        # an integral file: opened again
                 self._integrals.close()
             self._integrals = None
+
+    @property
+    def mf(self) -> Any:
+        """The mean field (set another to run on it: the integrals are made again)."""
+        return self._mf
+
+    @mf.setter
+    def mf(self, value: Any) -> None:
+        require_mean_field(value)
+        self._mf = value
+        self._invalidate()
 
     @property
     def frozen(self) -> Any:

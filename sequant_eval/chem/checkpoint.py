@@ -39,7 +39,7 @@ from .provenance import dataset_checksum
 from .solver import IterationRecord, SolverState
 
 __all__ = ["Fingerprint", "Phases", "write_checkpoint", "open_checkpoint", "ORBITAL_TOLERANCE",
-           "CheckpointCorrupt", "remove_stale_temporaries"]
+           "CheckpointCorrupt", "remove_stale_temporaries", "refuse_foreign"]
 
 #: Orbital coefficients may differ by this much (max abs, after aligning their signs)
 #: between the run that wrote a checkpoint and the run restarted from it (an SCF converged
@@ -207,6 +207,27 @@ class Phases:
                 values[a - lo:b - lo] *= sign
             off += size
         return values
+
+
+def refuse_foreign(path: str | os.PathLike) -> None:
+    """Refuse (CheckpointError), before a run writes a checkpoint at ``path``, a file there
+    that is not one of this package's checkpoints (PySCF's SCF chkfile, a text file): the
+    first checkpoint would replace it. An empty file, or none, is written over."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with h5py.File(path, "r") as h5:
+            ours = "format" in h5.attrs and "fingerprint" in h5
+    except Exception:                  # not HDF5, or not readable as such
+        ours = False
+    if not ours:
+        raise CheckpointError(
+            f"chkfile {path} exists and is not a checkpoint of this package (PySCF's SCF "
+            f"chkfile, or another file): the run's checkpoint would replace it. Name another "
+            f"file (chkfile=..., CLI --chkfile), or remove this one")
 
 
 def write_checkpoint(path: str | os.PathLike, fingerprint: Fingerprint,

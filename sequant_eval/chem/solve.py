@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..expr import to_text
-from .checkpoint import (Fingerprint, open_checkpoint, remove_stale_temporaries,
-                         write_checkpoint)
+from .checkpoint import (Fingerprint, open_checkpoint, refuse_foreign,
+                         remove_stale_temporaries, write_checkpoint)
 from .process_memory import release_free_memory
 from .solver import IterationRecord, SolverState, from_pyscf, solve_cc
 
@@ -43,6 +43,8 @@ class Solve:
         self.meters: list = []
         self.fingerprint = fingerprint(cc) if (cc.chkfile or cc.restart) else None
         if cc.chkfile:
+            if cc.restart is not True:                # read first when restarted from it
+                refuse_foreign(cc.chkfile)            # an SCF chkfile is not written over
             remove_stale_temporaries(cc.chkfile)      # of a run killed while writing it
         self.clock = time.perf_counter()
         self.start_iteration = 0

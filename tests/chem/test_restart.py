@@ -209,6 +209,38 @@ def test_restart_from_one_checkpoint_writing_another(water, uninterrupted, tmp_p
     capsys.readouterr()
 
 
+def test_a_file_that_is_not_a_checkpoint_is_not_written_over(water, tmp_path):
+    """``chkfile=`` naming PySCF's SCF chkfile, or a text file, replaced it with the CC
+    checkpoint (a hostile-input probe, 2026-12-07): refused before the run, the file as it
+    was. An empty file and an earlier checkpoint of this package are written over."""
+    from pyscf import lib
+
+    scf_chk = tmp_path / "scf.chk"
+    lib.chkfile.dump(str(scf_chk), "scf", {"e_tot": water.e_tot})
+    text = tmp_path / "notes.txt"
+    text.write_text("my notes")
+    for path in (scf_chk, text):
+        before = path.read_bytes()
+        with pytest.raises(CheckpointError, match="is not a checkpoint of this package"):
+            CCSD(water, chkfile=path, max_cycle=2).run()
+        assert path.read_bytes() == before
+    empty = tmp_path / "empty.chk"
+    empty.write_bytes(b"")
+    CCSD(water, chkfile=empty, max_cycle=2).run()
+    CCSD(water, chkfile=empty, max_cycle=2).run()             # its own, written again
+    assert empty.stat().st_size > 0
+
+
+def test_another_mean_field_set_on_the_method_is_the_one_run():
+    """``cc.mf = other`` kept the first mean field's integrals (its energy returned for the
+    second; a hostile-input probe, 2026-12-07). Oracle: a method made on the second."""
+    first, second = _rhf("6-31g"), _rhf("sto-3g")
+    method = CCSD(first, **TIGHT)
+    method.run()
+    method.mf = second
+    assert abs(method.run().e_corr - CCSD(second, **TIGHT).run().e_corr) < 1e-10
+
+
 # -------------------------------------------------------------------------- the CLI, killed
 #: Runs the CLI and kills its own process with SIGKILL as iteration ``N`` is logged (after
 #: its checkpoint is written), so the test does not depend on timing.
