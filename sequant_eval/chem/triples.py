@@ -246,8 +246,17 @@ def ccsd_t_energy(ints: Any, t1: Any, t2: Any, budget: Any = None,
     UnrestrictedIntegrals`; canonical orbitals, under ``budget`` or ``max_memory``, in
     the ``form`` asked for or chosen (:func:`triples_evaluator`)."""
     tensors = triples_tensors(ints, t1, t2, kind, form)
-    ev = triples_evaluator(ints, budget, max_memory, kind, form)
-    report = ev.analyze()
+    try:
+        ev = triples_evaluator(ints, budget, max_memory, kind, form)
+        report = ev.analyze()
+    except InfeasibleBudget as err:
+        if not Budget.parse(budget).unlimited or max_memory is None:
+            raise
+        need = err.minimum                  # the way out names a max_memory that is enough
+        raise InfeasibleBudget(
+            f"max_memory {max_memory:g} MB (no budget given) is too small for the (T) "
+            f"energy: {err} Raise max_memory to at least {-(-need // 1e4) / 100:g} MB, or "
+            f"give a budget", err.budget, need) from err
     out, meter = ev.evaluate(tensors, backend=backend, return_meter=True)
     if isinstance(report, (StagedReport, SymmetricReport)):   # in stages, or by tuples
         budget_bytes = report.budget_bytes

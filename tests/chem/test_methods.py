@@ -306,3 +306,24 @@ def test_options_and_amplitudes_a_probe_found_failing_untyped_or_late(water, rad
             CCSD(water).kernel(t1, t2)
     with pytest.raises(ShapeMismatch, match="amplitude t1a"):
         CCSD(radical).kernel((np.zeros(3), np.zeros(3)))
+
+
+def test_a_triples_refusal_under_max_memory_names_max_memory_and_enough():
+    """Under ``max_memory`` (no budget) the (T) refusal said "raise the budget" (a
+    hostile-input probe, 2026-12-07); it names max_memory and a value now, and that value
+    gives PySCF's (T) energy. Oracle: ``pyscf.cc.ccsd_t``."""
+    from pyscf.cc import ccsd_t
+
+    mf = _rhf("sto-3g")
+    ours = CCSD(mf, **TIGHT).run()
+    small = CCSD(mf, max_memory=0.001)
+    with pytest.raises(InfeasibleBudget, match="max_memory 0.001 MB .* too small for the "
+                                               "\\(T\\) energy") as info:
+        small.ccsd_t(ours.t1, ours.t2)
+    enough = float(re.search(r"at least ([0-9.]+) MB", str(info.value)).group(1))
+    fitted = CCSD(mf, max_memory=enough)
+    theirs = cc.CCSD(mf)
+    theirs.conv_tol, theirs.conv_tol_normt = 1e-10, 1e-8
+    theirs.run()
+    want = ccsd_t.kernel(theirs, theirs.ao2mo(), verbose=0)
+    assert abs(fitted.ccsd_t(ours.t1, ours.t2) - want) < 1e-8
