@@ -18,8 +18,6 @@ line does).
 """
 from __future__ import annotations
 
-import logging
-import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -31,7 +29,7 @@ from ..errors import (ClosedError, InputTypeError, OptionError, SequantEvalError
                       StorageError, UnsupportedFeature, UsageError)
 from ..units import format_bytes
 from .program import MemoryLimit, ResidualProgram, infeasible_iteration
-from .options import check_run_options
+from .options import NOTE, check_run_options, log, verbosity
 from .solve import Solve
 from .solver import CCResult, IterationRecord, from_pyscf, swap_halves
 from .storage import InMemory, OnDisk
@@ -39,35 +37,6 @@ from .summary import summary_dict, summary_text
 
 __all__ = ["CoupledCluster", "NOTE", "log"]
 
-#: The logger of the chemistry front end.
-log = logging.getLogger("sequant_eval.chem")
-#: PySCF's NOTE level (between INFO and WARNING): the final energies.
-NOTE = 25
-logging.addLevelName(NOTE, "NOTE")
-
-
-@contextmanager
-def verbosity(verbose: Any):
-    """While the block runs, print the ``sequant_eval.chem`` records of PySCF level
-    ``verbose`` and above to stdout (3: NOTE, 4: INFO, 5: DEBUG; ``True`` is 4; below 3:
-    nothing is added)."""
-    level = 4 if verbose is True else int(verbose or 0)
-    if level < 3:
-        yield
-        return
-    threshold = logging.DEBUG if level >= 5 else logging.INFO if level == 4 else NOTE
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.setLevel(threshold)
-    old = log.level
-    if log.getEffectiveLevel() > threshold:
-        log.setLevel(threshold)
-    log.addHandler(handler)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(old)
 
 
 def require_mean_field(mf: Any) -> None:
@@ -349,7 +318,18 @@ class CoupledCluster:
         if total is not None and total <= limit.held:      # refused before any write
             raise infeasible_iteration(self.plain_equations(), ints.extents, total, 0.0,
                                        limit.held)
+        # planned before the file is written, so a residual that cannot fit is refused
+        # with nothing on disk (out of core there are no pairs and no intermediates)
+        self._program = ResidualProgram(self.plain_equations(), None, ints.extents, limit,
+                                        self._intermediates())
+        self._program_options = (self.packed_pairs, self.intermediates)
         return self.storage.integrals(ints, self.plain_equations(), self.disk_tensors, total)
+
+    def _intermediates(self) -> bool | None:
+        if not (self.intermediates is None or isinstance(self.intermediates, bool)):
+            raise OptionError(f"intermediates={self.intermediates!r}: give True, False or "
+                              f"None (the default: found where they pay)")
+        return self.intermediates
 
     def _limit(self, ints) -> MemoryLimit:
         return MemoryLimit(self.budget, Budget.megabytes(self.max_memory),
@@ -358,10 +338,7 @@ class CoupledCluster:
     def program(self) -> ResidualProgram:
         """The compiled residual (planned under the budget on first use, and again when
         ``packed_pairs`` or ``intermediates`` has changed since)."""
-        options = (self.packed_pairs, self.intermediates)
-        if not (self.intermediates is None or isinstance(self.intermediates, bool)):
-            raise OptionError(f"intermediates={self.intermediates!r}: give True, False or "
-                              f"None (the default: found where they pay)")
+        options = (self.packed_pairs, self._intermediates())
         if self._program is None or self._program_options != options:
             ints, self._program_options = self.integrals, options
             plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()

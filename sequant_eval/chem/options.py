@@ -1,4 +1,5 @@
-"""The checks a CC method's options get before a run does any work.
+"""A CC method's run-time options: their checks before a run does any work, and
+``verbose``'s effect (PySCF's levels, through the ``sequant_eval.chem`` logger).
 
 Options can be set on the method object after it is made (as in PySCF), so they are
 checked when a run starts, before the checkpoint or any other file is written: a value a
@@ -7,14 +8,23 @@ what to give instead.
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..errors import OptionError
 
-__all__ = ["check_run_options"]
+__all__ = ["check_run_options", "verbosity", "NOTE", "log"]
+
+#: The logger of the chemistry front end.
+log = logging.getLogger("sequant_eval.chem")
+#: PySCF's NOTE level (between INFO and WARNING): the final energies.
+NOTE = 25
+logging.addLevelName(NOTE, "NOTE")
 
 
 def check_run_options(cc: Any) -> None:
@@ -50,3 +60,27 @@ def check_run_options(cc: Any) -> None:
     if cc.backend not in ("numpy", "cupy", "auto"):
         raise OptionError(f"backend={cc.backend!r}: a CC method runs on 'numpy', 'cupy' or "
                           f"'auto' (a dry run of its residual: se.analyze on its equations)")
+
+
+@contextmanager
+def verbosity(verbose: Any):
+    """While the block runs, print the ``sequant_eval.chem`` records of PySCF level
+    ``verbose`` and above to stdout (3: NOTE, 4: INFO, 5: DEBUG; ``True`` is 4; below 3:
+    nothing is added)."""
+    level = 4 if verbose is True else int(verbose or 0)
+    if level < 3:
+        yield
+        return
+    threshold = logging.DEBUG if level >= 5 else logging.INFO if level == 4 else NOTE
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setLevel(threshold)
+    old = log.level
+    if log.getEffectiveLevel() > threshold:
+        log.setLevel(threshold)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)

@@ -327,3 +327,13 @@ def test_a_triples_refusal_under_max_memory_names_max_memory_and_enough():
     theirs.run()
     want = ccsd_t.kernel(theirs, theirs.ao2mo(), verbose=0)
     assert abs(fitted.ccsd_t(ours.t1, ours.t2) - want) < 1e-8
+
+
+def test_an_out_of_core_residual_that_cannot_fit_is_refused_before_the_integral_file(
+        water, tmp_path):
+    """``OnDisk`` with a budget the residual cannot meet beside what the solver holds was
+    refused at ``run()``, after the constructor had written the integral file (a
+    hostile-input probe, 2026-12-07): refused when the method is made, the folder empty."""
+    with pytest.raises(InfeasibleBudget, match="out-of-core CCSD iteration"):
+        CCSD(water, storage=OnDisk(tmp_path), budget=200_000)
+    assert list(tmp_path.iterdir()) == []
