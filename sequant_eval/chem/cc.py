@@ -38,7 +38,6 @@ from .summary import summary_dict, summary_text
 __all__ = ["CoupledCluster", "NOTE", "log"]
 
 
-
 def require_mean_field(mf: Any) -> None:
     """Refuse (InputTypeError) an ``mf`` that is not a PySCF SCF object (a dict, None, a
     molecule): it has no ``istype`` method and no ``mol``."""
