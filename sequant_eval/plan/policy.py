@@ -53,12 +53,14 @@ def _space_names(value, what: str, noun: str = "space") -> frozenset[str]:
 
 def _sink_kinds(value) -> tuple[tuple[str, str], ...]:
     """Result name → sink kind, as sorted pairs (a stable repr: the fitter's cache key)."""
-    pairs = value.items() if isinstance(value, Mapping) else value
     try:
+        pairs = list(value.items() if isinstance(value, Mapping) else value)
+        if any(isinstance(p, str) for p in pairs):
+            raise TypeError("a name is no (name, kind) pair")      # ["R2"], split in letters
         out = tuple(sorted((str(k), v) for k, v in pairs))
     except (TypeError, ValueError):
         raise PolicyError(f"sinks must map result names to a sink kind ({', '.join(SINK_KINDS)}), "
-                          f"got {value!r}") from None
+                          f"e.g. sinks={{'R2': 'accumulate'}}; got {value!r}") from None
     for name, kind in out:
         if kind not in SINK_KINDS:
             raise PolicyError(f"sink of {name!r} has kind {kind!r}; a sink is one of "

@@ -290,7 +290,7 @@ def _capped(fit: _Fitting, policy: BatchPolicy) -> ScheduleAnalysis | None:
 
 
 def _active_term(a: ScheduleAnalysis, point: int) -> int | None:
-    for k in range(point, -1, -1):
+    for k in range(min(point, len(a.points) - 1), -1, -1):   # none: every term cancelled
         p = a.points[k]
         if p.form >= 0 and a.rich.forms[p.form].term >= 0:
             return a.rich.forms[p.form].term

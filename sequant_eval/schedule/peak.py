@@ -292,7 +292,7 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
     for k in moves(sched, forest, points):
         src = forms[points[k].form].operands[0]
         end[src] = k - 1
-    final = len(points) - 1
+    final = max(len(points) - 1, 0)         # every term cancelled: no step, one point
     for f in forms:
         start.setdefault(f.id, final)        # a sum whose terms all cancelled: zeros at the end
     for f in stored:
@@ -401,7 +401,9 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
 
 def live_bytes(cells: list[Liveness], num_points: int) -> list[int]:
     """Bytes live at every static point: +footprint at ``first``, -footprint after
-    ``last`` (transients aside)."""
+    ``last`` (transients aside); a schedule of no step (every term cancelled) has one
+    point, where its results are made."""
+    num_points = max(num_points, 1)
     delta = [0] * (num_points + 1)
     for c in cells:
         delta[c.first] += c.footprint

@@ -88,3 +88,14 @@ def test_check_takes_a_regime():
     BatchPolicy(contracted={"Κ"}).check(regime)
     with pytest.raises(PolicyError, match="'K'"):           # Latin K, not Greek Κ
         BatchPolicy(contracted={"K"}).check(regime)
+
+
+def test_sinks_given_as_names_are_refused_naming_the_mapping():
+    """``sinks=["R2"]`` was read as pairs of letters: "sink of 'R' has kind '2'" (a
+    hostile-input probe, 2026-12-07). Now every non-mapping of names is refused with the
+    way to write it; the pairs and the mapping are read alike."""
+    for bad in (["R2"], ("R2",), ["R2", "E"], "R2", 5):
+        with pytest.raises(PolicyError, match=r"sinks must map result names .* "
+                                              r"sinks=\{'R2': 'accumulate'\}"):
+            BatchPolicy(sinks=bad)
+    assert BatchPolicy(sinks=[("R2", "once")]).sinks == BatchPolicy(sinks={"R2": "once"}).sinks

@@ -10,6 +10,7 @@ import gc
 import weakref
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import sequant_eval as se
@@ -345,3 +346,21 @@ def test_greedy_analysis_is_the_analysis_or_none_where_fusions_need_retrying(mon
     assert analysis.analyze_greedy(forest, plan) is None and len(calls) == 1
     calls.clear()
     assert analysis.analyze_schedule(forest, plan).peak_bytes > 0 and len(calls) > 1
+
+
+def test_equations_whose_terms_all_cancel_fit_any_budget_over_the_reserve():
+    """``R = f - f``, ``E = 0``: no step is scheduled. Under a budget the fitter looked up
+    the step at the binding point and raised IndexError, and the prediction was 0 B while
+    the run held the result (a hostile-input probe, 2026-12-07). Oracles: zeros of the
+    result's shape, as unbatched; the meter equal to the prediction, the result's bytes."""
+    extents = {"i": 4, "a": 7}
+    f = np.arange(28.0).reshape(7, 4)
+    for text, shape in (("R{a_1;i_1} = f{a_1;i_1} - f{a_1;i_1}", (7, 4)),
+                        ("R{a_1;i_1} = 0 f{a_1;i_1}", (7, 4)), ("E = 0", ())):
+        need = se.min_budget(text, extents)
+        got = se.evaluate(text, {"f": f}, extents, budget=need)
+        (name, value), = got.items()
+        assert np.shape(value) == shape and not np.any(value), text
+        ev = se.Evaluator(text, extents)
+        ev.evaluate({"f": f})
+        assert ev.last_meter.peak_bytes == ev.analyze().peak_bytes == value.nbytes, text
