@@ -104,14 +104,14 @@ def memory_report(a: ScheduleAnalysis, unbatched_flops: float, title: str = "",
     ``program_bytes``: the part of ``budget`` charged to the program)."""
     size = {c.form: c.footprint for c in a.cells}
     live = live_bytes(a.cells, len(a.points))           # the schedule's own sweep
-    if a.points:
+    if a.profile.binding_point < len(a.points):
         point = a.points[a.profile.binding_point]
         path = "".join(f"[L{l}.{p}]" for l, p in point.path) or "root"
         step = f"{point.kind} {path}"
         if point.form >= 0:
             step += f" f{point.form} ({_live_form(a, point.form, 0).what})"
     else:
-        step = "the end (every term cancelled: the results are zeros)"
+        step = "the end (results whose terms all cancelled made: zeros)"
     loops = tuple({"id": l.id, "space": l.space, "kind": l.kind.value, "block": l.block,
                    "extent": l.extent, "nbatches": l.nbatches}
                   for l in (a.rich.loops[k] for k in sorted(a.rich.loops)))

@@ -292,16 +292,25 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
     for k in moves(sched, forest, points):
         src = forms[points[k].form].operands[0]
         end[src] = k - 1
-    final = max(len(points) - 1, 0)         # every term cancelled: no step, one point
+    # a sum whose terms all cancelled is made (zeros) after every step, as the runtime's
+    # last op: at a point of its own past the last step, where only the results live
+    # (with no step at all, that is the one point)
+    final = end_at = max(len(points) - 1, 0)
+    cancelled = [f.id for f in forms
+                 if f.id not in start and f.id not in stored and f.id not in skipped]
+    if cancelled and points:
+        end_at = len(points)
+    for f in cancelled:
+        start[f] = end_at
     for f in forms:
-        start.setdefault(f.id, final)        # a sum whose terms all cancelled: zeros at the end
+        start.setdefault(f.id, final)
     for f in stored:
         start[f] = 0
     for f in kept | stored:
-        end[f] = final
+        end[f] = end_at
     return [Liveness(f.id, 0 if f.id in folded or f.id in sched.sinks else
                      footprint(f, forest, shapes, sched.loops, itemsize), start[f.id],
-                     end.get(f.id, final if f.kind is FormKind.SUM else start[f.id]))
+                     end.get(f.id, end_at if f.kind is FormKind.SUM else start[f.id]))
             for f in forms if f.id not in skipped]
 
 
@@ -395,7 +404,7 @@ def transients(sched: OrderedSchedule, forest: Forest, shapes, points: list[Poin
                 at(k, footprint(src, forest, shapes, sched.loops, itemsize))
     for f in forms:                  # a sum whose terms all cancelled: zeros at the end
         if f.id in sinks and f.kind is FormKind.SUM and not f.operands:
-            at(len(points) - 1, sink_piece_bytes(shapes[f.value], itemsize))
+            at(len(points), sink_piece_bytes(shapes[f.value], itemsize))
     return out
 
 
@@ -403,7 +412,7 @@ def live_bytes(cells: list[Liveness], num_points: int) -> list[int]:
     """Bytes live at every static point: +footprint at ``first``, -footprint after
     ``last`` (transients aside); a schedule of no step (every term cancelled) has one
     point, where its results are made."""
-    num_points = max(num_points, 1)
+    num_points = max([num_points, 1] + [c.last + 1 for c in cells])   # the end point too
     delta = [0] * (num_points + 1)
     for c in cells:
         delta[c.first] += c.footprint
@@ -451,6 +460,7 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
     pending: dict[tuple, list[int]] = defaultdict(list)
     alloc = allocations(sched)
     best, at, snapshot = 0, 0, ()
+    made: set[int] = set()
     for k, p in enumerate(points):
         freed: list[int] = []
         if p.kind == "open":
@@ -484,4 +494,16 @@ def peak_profile_replay(sched: OrderedSchedule, forest: Forest, shapes,
         for r in freed:
             if forms[r].kind is not FormKind.SUM or forms[r].scope:   # a sliced inner sum
                 live.pop(r, None)
+            made.add(r)
+        made.update(live)
+    # last, the zeros of every sum whose terms all cancelled (never made above): beside
+    # what is still live, which by now is the results
+    zeros = {f.id: size[f.id] for f in forms if f.kind is FormKind.SUM and f.id not in made
+             and f.id not in live}
+    if zeros:
+        end = len(points)
+        live.update(zeros)
+        total = sum(live.values()) + extra.get(end, 0)
+        if total > best:
+            best, at, snapshot = total, end, tuple(sorted(live))
     return PeakProfile(best, at, snapshot)

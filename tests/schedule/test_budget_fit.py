@@ -364,3 +364,21 @@ def test_equations_whose_terms_all_cancel_fit_any_budget_over_the_reserve():
         ev = se.Evaluator(text, extents)
         ev.evaluate({"f": f})
         assert ev.last_meter.peak_bytes == ev.analyze().peak_bytes == value.nbytes, text
+
+
+def test_a_cancelled_result_is_made_after_every_step():
+    """A result whose terms all cancel is made (zeros) after every other step, where only
+    the results live: ``R = f - f`` beside ``Q = U`` was charged at the last step, beside
+    ``U``'s block (672 B predicted, 448 B metered). Oracles: the meter, the replay of
+    the schedule (``peak_profile_replay``), and the results' bytes (2 x 7 x 4 x 8)."""
+    from sequant_eval.schedule.peak import peak_profile_replay
+
+    text = "R{a_1;i_1} = f{a_1;i_1} - f{a_1;i_1}\nQ{a_1;i_1} = U{a_1;i_1}"
+    extents = {"i": 4, "a": 7}
+    tensors = {"f": np.ones((7, 4)), "U": np.ones((7, 4))}
+    for budget in (None, se.min_budget(text, extents)):
+        ev = se.Evaluator(text, extents, budget=budget)
+        ev.evaluate(tensors)
+        a = ev.batched.analysis
+        replay = peak_profile_replay(a.ordered, a.forest, a.shapes, scratch=a.scratch)
+        assert ev.last_meter.peak_bytes == a.peak_bytes == replay.peak_bytes == 448
