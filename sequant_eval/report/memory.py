@@ -111,7 +111,7 @@ def memory_report(a: ScheduleAnalysis, unbatched_flops: float, title: str = "",
         if point.form >= 0:
             step += f" f{point.form} ({_live_form(a, point.form, 0).what})"
     else:
-        step = "the end (results whose terms all cancelled made: zeros)"
+        step = "the end, where the results whose terms all cancel are made (zeros)"
     loops = tuple({"id": l.id, "space": l.space, "kind": l.kind.value, "block": l.block,
                    "extent": l.extent, "nbatches": l.nbatches}
                   for l in (a.rich.loops[k] for k in sorted(a.rich.loops)))
