@@ -317,11 +317,9 @@ class CoupledCluster:
         if total is not None and total <= limit.held:      # refused before any write
             raise infeasible_iteration(self.plain_equations(), ints.extents, total, 0.0,
                                        limit.held)
-        # planned before the file is written, so a residual that cannot fit is refused
-        # with nothing on disk (out of core there are no pairs and no intermediates)
-        self._program = ResidualProgram(self.plain_equations(), None, ints.extents, limit,
-                                        self._intermediates())
-        self._program_options = (self.packed_pairs, self.intermediates)
+        # planned before the file is written (from the same extents), so a residual that
+        # cannot fit is refused with nothing on disk
+        self._program, self._program_options = self._compile(ints), self._options()
         return self.storage.integrals(ints, self.plain_equations(), self.disk_tensors, total)
 
     def _intermediates(self) -> bool | None:
@@ -337,16 +335,24 @@ class CoupledCluster:
     def program(self) -> ResidualProgram:
         """The compiled residual (planned under the budget on first use, and again when
         ``packed_pairs`` or ``intermediates`` has changed since)."""
-        options = (self.packed_pairs, self._intermediates())
+        options = self._options()
         if self._program is None or self._program_options != options:
-            ints, self._program_options = self.integrals, options
-            plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
-            if pairs is not None:                 # the ladder over packed pairs
-                plain, extents = pairs.equations(plain), pairs.extents(extents)
-            factored = None if self.out_of_core else self.factored_equations(plain, extents)
-            self._program = ResidualProgram(plain, factored, extents, self._limit(ints),
-                                            self.intermediates)
+            self._program, self._program_options = self._compile(self.integrals), options
         return self._program
+
+    def _options(self) -> tuple:
+        """What the program is built with, besides the integrals and the limit."""
+        return self.packed_pairs, self._intermediates()
+
+    def _compile(self, ints) -> ResidualProgram:
+        """The residual at the extents of ``ints`` under the method's limit (out of core:
+        no pairs and no intermediates, so ``ints`` may be the ones not yet written)."""
+        plain, extents, pairs = self.plain_equations(), ints.extents, self.pairs()
+        if pairs is not None:                     # the ladder over packed pairs
+            plain, extents = pairs.equations(plain), pairs.extents(extents)
+        factored = None if self.out_of_core else self.factored_equations(plain, extents)
+        return ResidualProgram(plain, factored, extents, self._limit(ints),
+                               self._intermediates())
 
     def evaluator(self):
         """The residual's evaluator (an ``Evaluator``, or a ``StagedEvaluator``)."""

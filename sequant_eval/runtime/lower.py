@@ -293,41 +293,33 @@ class _Lowering:
                                                 tag=f"f{step.form} sum")
         shape = tuple(self.a.shapes[leaf.value])
         rows = stream_rows(shape, self.a.plan.policy.itemsize)
-        if self.loops and shape and shape[0] > rows:
-            self.stream_loop(step, leaf.id, entry, shape, rows, tag)
+        if self.loops and shape and shape[0] > rows:     # one block, run once per chunk
+            self.blocks += 1
+            inner, outer = Block(Rows(leaf.id, rows, shape[0]), self.blocks), self.body
+            outer.append(inner)
+            self.body = inner.body
+            self.chunk(step, leaf, entry, (Span(self.depth),) + (None,) * (len(shape) - 1),
+                       (Extent(self.depth),) + shape[1:], f"f{leaf.id} rows", tag)
+            self.body = outer
             return
         for lo in range(0, shape[0], rows) if shape else (0,):
             index = ((lo, min(lo + rows, shape[0])),) + (None,) * (len(shape) - 1) \
                 if shape else ()
             part_shape = (index[0][1] - lo,) + shape[1:] if shape else ()
-            part = self.emit(Op.SLICE, (self.inputs[leaf.value],), (index,), part_shape,
-                             f"f{leaf.id} [{lo}:{lo + rows}]")
-            at = tuple(index[p] for p in entry.perm)
-            target = self.node_of[step.form]
-            self.node_of[step.form] = self.emit(
-                Op.ADD_INTO, (target, part),
-                (at, entry.perm, float(entry.coefficient), 2.0 * prod(part_shape)),
-                self.g.nodes[target].shape, f"{tag} entry {step.entry} (streamed)")
+            self.chunk(step, leaf, entry, index, part_shape, f"f{leaf.id} [{lo}:{lo + rows}]",
+                       tag)
 
-    def stream_loop(self, step: BuildStep, leaf: int, entry, shape: tuple, rows: int,
-                    tag: str) -> None:
-        """``stream``'s chunks as one block of the loop program, run once per chunk."""
-        self.blocks += 1
-        inner, outer = Block(Rows(leaf, rows, shape[0]), self.blocks), self.body
-        outer.append(inner)
-        self.body = inner.body
-        index = (Span(self.depth),) + (None,) * (len(shape) - 1)
-        part_shape = (Extent(self.depth),) + shape[1:]
-        value = self.forms[leaf].value
-        part = self.emit(Op.SLICE, (self.inputs[value],), (index,), part_shape,
-                         f"f{leaf} rows")
+    def chunk(self, step: BuildStep, leaf, entry, index: tuple, part_shape: tuple,
+              chunk_tag: str, tag: str) -> None:
+        """One chunk of a streamed leaf (rows ``index``), added into its sum."""
+        part = self.emit(Op.SLICE, (self.inputs[leaf.value],), (index,), part_shape,
+                         chunk_tag)
         target = self.node_of[step.form]
         self.node_of[step.form] = self.emit(
             Op.ADD_INTO, (target, part),
             (tuple(index[p] for p in entry.perm), entry.perm, float(entry.coefficient),
              _work(2.0, part_shape)),
             self.g.nodes[target].shape, f"{tag} entry {step.entry} (streamed)")
-        self.body = outer
 
     def build(self, step: BuildStep) -> None:
         f = self.forms[step.form]

@@ -295,15 +295,13 @@ def liveness(sched: OrderedSchedule, forest: Forest, shapes, itemsize: int = 8,
     # a sum whose terms all cancelled is made (zeros) after every step, as the runtime's
     # last op: at a point of its own past the last step, where only the results live
     # (with no step at all, that is the one point)
-    final = end_at = max(len(points) - 1, 0)
+    end_at = max(len(points) - 1, 0)
     cancelled = [f.id for f in forms
                  if f.id not in start and f.id not in stored and f.id not in skipped]
     if cancelled and points:
         end_at = len(points)
     for f in cancelled:
         start[f] = end_at
-    for f in forms:
-        start.setdefault(f.id, final)
     for f in stored:
         start[f] = 0
     for f in kept | stored:
