@@ -13,12 +13,14 @@ a realization already found dominates is not tried: the same Pareto set for less
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import permutations
 from math import prod
 
 from ..expr.index import Index
-from ..forest.values import TermTree
+from ..forest.values import TermTree, Value
+from .kernels import plan_contraction
 from .loops import LoopKind, Open
 from .policy import BatchPolicy
 from .profile import Profile, held_upto, leaf_profile, node_profile
@@ -63,7 +65,8 @@ def problem_key(tree: TermTree) -> tuple | None:
     the tree's shape and each node's label set, a label spelled as its rank among the
     tree's labels and its space. Two trees with the same key have the same Pareto set, the
     labels in the loops it opens renamed rank for rank (``relabelled``): the DP reads labels
-    only as sets, in sorted order, and by their spaces' extents. None where a label is
+    only as sets, in sorted order, and by their spaces' extents (kernel scratch, which
+    depends on the modes' order, is not in its search: ``TermDP``). None where a label is
     composite (its size is a power mean over its protos, which the key does not hold)."""
     labels = tree_labels(tree)
     if any(ix.protos for ix in labels):
@@ -95,10 +98,17 @@ class TermDP:
     Internally a loop a node may open is a small integer (an index into ``self.opens``) and
     a set of labels a bit mask, so the DP's inner loop hashes tuples of integers; footprints
     are remembered per (node, sliced labels). The results are those of the plain rules
-    that the public methods (``combine``, ``profile_of``) spell out."""
+    that the public methods (``combine``, ``profile_of``) spell out.
 
-    def __init__(self, tree: TermTree, sizer: Sizer, policy: BatchPolicy) -> None:
+    The search leaves out what a contraction kernel allocates beside its result while it
+    runs (planning a kernel for every option would cost several times the search);
+    ``profile_of(..., scratch=True)`` counts it for one configuration, from the forest's
+    ``values``, which is how the planner checks the realizations it tries (``TermMenu``)."""
+
+    def __init__(self, tree: TermTree, sizer: Sizer, policy: BatchPolicy,
+                 values: Sequence[Value] | None = None) -> None:
         self.tree = tree
+        self.values = values                  # the forest's, for kernel scratch
         self.sizer = sizer
         self.policy = policy
         self.labels = [frozenset(node.labels) for node in tree.nodes]
@@ -113,6 +123,7 @@ class TermDP:
         self._oext: list[bool] = []           # per open: external kind
         self._obatches: list[int] = []        # per open: batches of its loop
         self._footprints: dict[tuple[int, int], int] = {}
+        self._scratch: dict[tuple[int, int], int] = {}
         self._full_sizes: dict[int, tuple] = {}   # per node: its labels' unsliced sizes
         self._full_flops: dict[int, int] = {}
         self._menu: dict[int, tuple[list[int], list[int]]] = {}   # node → (contracted, external)
@@ -149,6 +160,36 @@ class TermDP:
             sizes = [self.sizer.block(ix) if self._bit[ix] & sliced else x
                      for ix, x in zip(labels, full)]
             got = self._footprints[key] = footprint_bytes(sizes, self.sizer.itemsize)
+        return got
+
+    def _kernel_scratch(self, n: int, mask: int) -> int:
+        """Bytes node n's contraction kernel allocates beside its result while it runs,
+        with the labels in ``mask`` at block extent (``plan/kernels.py``: a transposing copy
+        of an operand, a temporary result), as the schedule charges them at its build step.
+        0 where a size is composite (no kernel plan)."""
+        if self.values is None:
+            raise ValueError("kernel scratch needs the forest's values (TermDP(..., values))")
+        u, v = self.tree.nodes[n].children
+        mask &= self._mask[n] | self._mask[u] | self._mask[v]
+        key = (n, mask)
+        got = self._scratch.get(key)
+        if got is None:
+            shapes = []
+            for m in (n, u, v):
+                labels = self.tree.nodes[m].labels
+                full = self._full_sizes.get(m)
+                if full is None:
+                    full = self._full_sizes[m] = self.sizer.regime.label_sizes(labels)
+                shapes.append(tuple(self.sizer.block(ix) if self._bit[ix] & mask else x
+                                    for ix, x in zip(labels, full)))
+            got = 0
+            if all(float(x).is_integer() for s in shapes for x in s):
+                own, a, b = (tuple(int(x) for x in s) for s in shapes)
+                value = self.values[self.tree.nodes[n].value]
+                plan = plan_contraction(value, self.values[value.left.value],
+                                        self.values[value.right.value], own, a, b)
+                got = plan.scratch_elements * self.sizer.itemsize
+            self._scratch[key] = got
         return got
 
     def _chain_mask(self, chain: tuple[int, ...]) -> int:
@@ -202,28 +243,22 @@ class TermDP:
         return {o.label for o in chain if o.label in self.labels[n]}
 
     def combine(self, n: int, ctx: tuple[Open, ...], opens: tuple[Open, ...], first: int,
-                kids: tuple[Profile, Profile]) -> Profile:
+                kids: tuple[Profile, Profile], scratch: bool = False) -> Profile:
         """Node n's profile from its children's, opening ``opens`` under ``ctx`` with child
-        ``first`` run first: its loops' accumulators and the per-batch part included."""
-        return self._combine(n, self._ids(ctx), self._ids(opens), first, kids)
-
-    def _combine(self, n: int, ctx: tuple[int, ...], opens: tuple[int, ...], first: int,
-                 kids: tuple[Profile, Profile]) -> Profile:
-        depth, accs, part, flops = self._node_terms(n, ctx, opens)
+        ``first`` run first: its loops' accumulators and the per-batch part included, and
+        its kernel's scratch with ``scratch``."""
+        ctx, opens = self._ids(ctx), self._ids(opens)
+        depth, accs, part, flops, mask = self._terms(n, ctx, self._chain_mask(ctx), opens)
         a, b = (kids[0], kids[1]) if first == 0 else (kids[1], kids[0])
-        return node_profile(a, b, depth, accs, part, flops)
-
-    def _node_terms(self, n: int, ctx: tuple[int, ...], opens: tuple[int, ...]
-                    ) -> tuple[int, tuple[int, ...], int, int]:
-        """What node n adds when it opens ``opens`` under ``ctx``, whichever child runs
-        first and however the children are realized: (depth, accumulators, per-batch part,
-        flops), as ``node_profile`` takes them."""
-        return self._terms(n, ctx, self._chain_mask(ctx), opens)[:4]
+        return node_profile(a, b, depth, accs, part, flops,
+                            self._kernel_scratch(n, mask) if scratch else 0)
 
     def _terms(self, n: int, ctx: tuple[int, ...], within: int, opens: tuple[int, ...]
                ) -> tuple[int, tuple[int, ...], int, int, int]:
-        """``_node_terms`` from the mask of ``ctx``'s labels (``within``), and the mask of
-        the whole chain's."""
+        """What node n adds when it opens ``opens`` under ``ctx`` (``within``: the mask of
+        ``ctx``'s labels), whichever child runs first and however the children are
+        realized: (depth, accumulators, per-batch part, flops), as ``node_profile`` takes
+        them, and the mask of the whole chain's labels."""
         # after the j-th own loop closes the node exists in this form, allocated when that
         # block opens; consecutive external loops scatter jointly into one destination
         mine, oext, obit = self._mask[n], self._oext, self._obit
@@ -243,17 +278,19 @@ class TermDP:
         return len(ctx), tuple(accs), part, self._flops(n, ctx + opens), mask
 
     def profile_of(self, config: dict[int, tuple[tuple[Open, ...], int]],
-                   n: int | None = None, ctx: tuple[Open, ...] = ()) -> Profile:
-        """The profile of one fixed configuration (node → (opens, first child))."""
+                   n: int | None = None, ctx: tuple[Open, ...] = (),
+                   scratch: bool = False) -> Profile:
+        """The profile of one fixed configuration (node → (opens, first child)); with
+        ``scratch``, each contraction's kernel scratch counted at its step."""
         n = self.tree.root if n is None else n
         node = self.tree.nodes[n]
         if not node.children:
             return leaf_profile(len(ctx), self.sizer.bytes(node.labels, self.sliced(n, ctx)))
         opens, first = config.get(n, ((), walk_first(self.tree, n)))
         chain = ctx + opens
-        kids = tuple(self.profile_of(config, c, prefix_for(chain, self.labels[c]))
+        kids = tuple(self.profile_of(config, c, prefix_for(chain, self.labels[c]), scratch)
                      for c in node.children)
-        return self.combine(n, ctx, opens, first, kids)
+        return self.combine(n, ctx, opens, first, kids, scratch)
 
     # -- the DP -------------------------------------------------------------------------------
     def candidates(self, n: int, ctx: tuple[Open, ...]) -> list[Open]:

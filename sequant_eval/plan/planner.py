@@ -126,7 +126,8 @@ class TermPlanner:
         got = self.menus.get(value)
         if got is None:
             got = self.menus[value] = TermMenu(value, self.forest.trees[value], self.sizer,
-                                               self.policy, self._realize, self.solved)
+                                               self.policy, self._realize, self.solved,
+                                               self.forest.values)
         return got
 
     def _realize(self, value: int, config: dict, prof, base_flops: int):

@@ -4,9 +4,12 @@ The schedule runs a subtree in *levels*: level d is inside the first d loops of 
 enclosing chain. All of a level's steps run (first child's, then second child's) before
 the next deeper block opens; a value made at level d and read deeper stays live until the
 block at level d+1 closes. A node that opens loops O allocates, at the open of each of its
-blocks, the accumulator that the block's batches sum or scatter into. These rules are the
-sequencer's (schedule/ordered.py); so the peak computed here is the peak the static sweep
-finds for a term scheduled alone, and the planner's promise is exact.
+blocks, the accumulator that the block's batches sum or scatter into; while its contraction
+runs, its kernel's scratch (a transposing copy, a temporary result) is live beside it. These
+rules are the sequencer's (schedule/ordered.py) and the sweep's (schedule/peak.py); so the
+peak computed here is the peak the static sweep finds for a term scheduled alone, except
+where the schedule frees or streams what a tree cannot show (a bare leaf added to its sum
+in chunks), where it is higher. The planner measures the exact peak of what it chooses.
 """
 from __future__ import annotations
 
@@ -78,16 +81,18 @@ def _cumulative(p: Profile, upto: int) -> list[int]:
 
 
 def node_profile(first: Profile, second: Profile, depth: int, accumulators: tuple[int, ...],
-                 part: int, flops: int) -> Profile:
+                 part: int, flops: int, scratch: int = 0) -> Profile:
     """Combine two children at a node whose result lands at level ``depth``.
 
     ``accumulators[j]`` is the node's form after its (j+1)-th own loop closes, allocated at
     that block's open (``accumulators[0]`` is the node's result); ``part`` is the per-batch
-    result of the innermost block (the result itself when the node opens no loop).
+    result of the innermost block (the result itself when the node opens no loop);
+    ``scratch``: the bytes its contraction kernel allocates beside ``part`` while it runs
+    (``plan/kernels.py``), live at that step only.
     """
     inner = depth + len(accumulators)
     return combine_held(first, _cumulative(first, inner), second, _cumulative(second, inner),
-                        depth, accumulators, part, flops)
+                        depth, accumulators, part, flops, scratch)
 
 
 def held_upto(p: Profile, upto: int) -> list[int]:
@@ -96,7 +101,8 @@ def held_upto(p: Profile, upto: int) -> list[int]:
 
 
 def combine_held(first: Profile, fh: list[int], second: Profile, sh: list[int], depth: int,
-                 accumulators: tuple[int, ...], part: int, flops: int) -> Profile:
+                 accumulators: tuple[int, ...], part: int, flops: int,
+                 scratch: int = 0) -> Profile:
     """``node_profile`` with each child's ``held_upto(child, depth + len(accumulators))``
     given (the DP reuses them over every pairing of the children's realizations)."""
     inner = depth + len(accumulators)
@@ -114,7 +120,7 @@ def combine_held(first: Profile, fh: list[int], second: Profile, sh: list[int], 
         a = (fpk[d] if d < nf else 0) + (sh[d - 1] if d else 0) + acc
         b = fh[d] + (spk[d] if d < ns else 0) + acc
         top = max(top, a, b)
-    top = max(top, fh[inner] + sh[inner] + part + sum(accumulators))
+    top = max(top, fh[inner] + sh[inner] + part + scratch + sum(accumulators))
     pk.append(top)
     fhold, shold = first.hold, second.hold
     nfh, nsh = len(fhold), len(shold)

@@ -2,7 +2,7 @@
 
 Oracles: a term planner made afresh for every budget (no menu shared with any other
 budget; candidates chosen by the plain rule: the first, in order of preference, whose model
-peak is within twice the budget and whose exact peak fits, else the least-peak one); the
+peak with kernel scratch is within the budget and whose exact peak fits, else the least-peak one); the
 profile combination written out level by level; the canonicalization that rebuilds every
 form; and the minimum computed on a fresh forest against the one computed after fits at
 other budgets.
@@ -42,7 +42,7 @@ def _exhaustive_choice(forest, extents, policy, exact, value):
     """The term's plan under ``policy`` by the plain rule, everything computed afresh."""
     tree = forest.trees[value]
     planner = TermPlanner(forest, extents, policy, exact)      # only for its _realize
-    dp = TermDP(tree, Sizer(extents, policy), policy)
+    dp = TermDP(tree, Sizer(extents, policy), policy, forest.values)
     default = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
                if node.children}
     base = dp.profile_of(default)
@@ -54,13 +54,16 @@ def _exhaustive_choice(forest, extents, policy, exact, value):
                    key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
     least = min(cands, key=lambda c: (c.peak, c.profile.flops))
 
-    def realize(c):
+    def config_of(c):
         config = dict(default)
         config.update({n: (o, f) for n, o, f in c.config})
-        return planner._realize(value, config, c.profile, base.flops)[0]
+        return config
+
+    def realize(c):
+        return planner._realize(value, config_of(c), c.profile, base.flops)[0]
 
     for c in cands:
-        if c.peak <= 2 * budget:
+        if dp.profile_of(config_of(c), scratch=True).peak <= budget:
             trial = realize(c)
             if trial.peak_bytes <= budget:
                 return trial.opens, trial.first, trial.peak_bytes
