@@ -9,7 +9,7 @@ from ..forest.values import Forest, TermTree
 from ..units import format_budget, format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
-from .menu import TermMenu
+from .menu import TermMenu, beyond_model
 from .policy import BatchPolicy
 from .regime import Regime
 from .sizes import Sizer
@@ -93,14 +93,16 @@ ExactPeak = Callable[[TermPlan, tuple[Loop, ...]], int]
 class TermPlanner:
     """Plans single terms under a budget, through one ``TermMenu`` per term.
 
-    The DP ranks realizations by its profile model. ``exact``, when given, measures a term
-    plan as actually scheduled (the schedule stage passes its static sweep): a term tree
-    that reads one form twice keeps it live in between, which the tree model cannot see.
-    Candidates are then tried in order of preference until one truly fits. ``menus``
-    (term value → TermMenu) may be shared by planners of the same forest, regime and
-    policy that differ only in the budget: the DP and every exact peak are then computed
-    once for all of them; ``solved`` (shared the same way) holds each distinct DP problem's
-    Pareto set, so terms that differ only in their labels' names solve it once.
+    The DP ranks realizations by its profile model, and a realization's peak is that
+    model with its kernels' scratch counted (``TermDP.profile_of(..., scratch=True)``).
+    ``exact``, when given, measures what the model may miss (``menu.beyond_model``: a term
+    that is one input block, or reads an input twice) with the schedule stage's static
+    sweep of the term alone; elsewhere the model is that sweep. The forest's own sweep,
+    which the fitter checks every plan with, stays the authority. ``menus`` (term value → TermMenu) may be
+    shared by planners of the same forest, regime and policy that differ only in the
+    budget: the DP and every peak are then computed once for all of them; ``solved``
+    (shared the same way) holds each distinct DP problem's Pareto set, so terms that differ
+    only in their labels' names solve it once.
     """
 
     def __init__(self, forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,
@@ -118,7 +120,7 @@ class TermPlanner:
 
     @property
     def min_peak(self) -> dict[int, int]:
-        """Term value → its least exact peak, for the terms whose DP has run."""
+        """Term value → its least peak, for the terms whose DP has run."""
         return {v: m.min_peak for v, m in self.menus.items() if m.solved}
 
     def menu(self, value: int) -> TermMenu:
@@ -130,12 +132,12 @@ class TermPlanner:
                                                self.forest.values)
         return got
 
-    def _realize(self, value: int, config: dict, prof, base_flops: int):
-        tp, new = _term_plan(value, self.forest.trees[value], config, self.sizer, prof,
-                             base_flops, 0, 0)
-        if self.exact is not None:
-            tp = replace(tp, peak_bytes=self.exact(tp, tuple(new)))
-        return tp, new
+    def _realize(self, value: int, config: dict, prof, base_flops: int, peak: int):
+        tree = self.forest.trees[value]
+        tp, new = _term_plan(value, tree, config, self.sizer, prof, base_flops, 0, 0)
+        if self.exact is not None and beyond_model(tree):
+            return replace(tp, peak_bytes=self.exact(tp, tuple(new))), new
+        return replace(tp, peak_bytes=peak), new
 
     def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
         """Every term under its budget (default: the policy's); InfeasibleBudget otherwise."""

@@ -7,15 +7,20 @@ sound where the model tracks that sweep.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from importlib.resources import files
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from sequant_eval.expr import parse
 from sequant_eval.forest import build_forest
 from sequant_eval.plan import BatchPlan, BatchPolicy
 from sequant_eval.plan.kernels import plan_contraction
+from sequant_eval.plan.menu import beyond_model
 from sequant_eval.plan.planner import TermPlanner
 from sequant_eval.schedule.analysis import term_peak
+
+from ..properties.forests import equation_sets
 
 
 def _planner(text, extents, block=None):
@@ -44,31 +49,64 @@ def test_a_transposing_kernel_is_charged_at_its_step():
     assert kernel.scratch_elements == 12**3   # X copied whole
     model = menu.dp.profile_of(config, scratch=True).peak
     assert model == bare + 8 * kernel.scratch_elements
-    assert model == menu.default[0].peak_bytes            # the sweep's exact peak
+    tp, loops = menu.default
+    assert model == planner.exact(tp, tuple(loops)) == tp.peak_bytes   # the sweep's peak
 
 
 def test_packaged_ccsd_candidates_model_what_the_sweep_measures():
     """Every candidate the DP keeps for closed-shell CCSD at i5a19 (the first eight of each
-    term, in order of preference), blocks of 2 occupied and 4 virtual orbitals: the model
-    with scratch equals the exact peak in at least 95 % of them (measured: 512 of 533), is
-    never further from it than the model without scratch, and closer in 420; where the two differ, by one o·v array (a t1 or f block the
-    sweep frees a step earlier or later than the tree model) or a bare leaf streamed into
-    its sum."""
+    term, in order of preference, and the unbatched one), blocks of 2 occupied and 4
+    virtual orbitals: where the term reads no input twice (``beyond_model`` False), the
+    model with scratch is the exact peak, every time; overall it is never further from it
+    than the model without scratch, and closer in most (measured: 420 of 533)."""
     text = (files("sequant_eval.chem") / "data" / "ccsd_cs.txt").read_text(encoding="utf-8")
     forest, planner = _planner(text, {"i": 5, "a": 19}, block={"i": 2, "a": 4})
-    equal = total = closer = 0
+    plain = total = closer = 0
     for value in sorted(forest.trees):
         tree = forest.trees[value]
+        if not tree.nodes[tree.root].children:
+            continue                          # a bare block: streamed, always measured
         menu = planner.menu(value)
         cands = menu._solve()
         for k in range(min(8, len(cands))):
-            exact = menu.realized(k)[0].peak_bytes
-            model = menu.model_peak(k)
-            bare = cands[k].peak
+            tp, loops = menu.realized(k)
+            exact = planner.exact(tp, tuple(loops))
+            model, bare = menu.model_peak(k), cands[k].peak
             total += 1
-            equal += model == exact
             closer += abs(model - exact) < abs(bare - exact)
             assert abs(model - exact) <= abs(bare - exact), (tree.where, k)
-            if model != exact and tree.nodes[tree.root].children:
-                assert abs(model - exact) in (8 * 5 * 19, 2 * 8 * 5 * 19), (tree.where, k)
-    assert equal >= 0.95 * total and closer > 0.1 * total, (equal, closer, total)
+            if not beyond_model(tree):
+                plain += 1
+                assert model == exact == tp.peak_bytes, (tree.where, k)
+    assert plain > 0.4 * total and closer > 0.5 * total, (plain, closer, total)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(equation_sets(max_terms=5, max_factors=5), st.integers(1, 3))
+def test_random_terms_model_is_the_sweep(case, block):
+    """Random forests, blocks of 1–3, up to two loops per chain: for every term that reads
+    no input twice and is not a bare block, each candidate's model with kernel scratch (the
+    first six, and the unbatched realization) equals the static sweep of the term alone.
+    About three draws in four have such a term with loops to open (``event``)."""
+    text, extents = case
+    forest = build_forest(tuple(parse(text)), extents)
+    policy = BatchPolicy.everything(1, extents, block={s: block for s in extents},
+                                    max_loops=2)
+    exact = term_peak(forest, BatchPlan(policy, extents, (), ()))
+    planner = TermPlanner(forest, extents, policy, exact)
+    checked = 0
+    for value in sorted(forest.trees):
+        tree = forest.trees[value]
+        if beyond_model(tree):
+            continue
+        menu = planner.menu(value)
+        tp, loops = menu.default
+        assert menu._model(menu.default_config) == exact(tp, tuple(loops)), tree.where
+        cands = menu._solve()
+        for k in range(min(6, len(cands))):
+            tp, loops = menu.realized(k)
+            assert tp.peak_bytes == menu.model_peak(k) == exact(tp, tuple(loops)), \
+                (tree.where, k)
+            checked += bool(loops)
+    event("a term with loops checked" if checked else "no term with loops")

@@ -1,8 +1,9 @@
 """Random forests × random budgets: the fast fitter against the exhaustive rules it replaces.
 
 Oracles: a term planner made afresh for every budget (no menu shared with any other
-budget; candidates chosen by the plain rule: the first, in order of preference, whose model
-peak with kernel scratch is within the budget and whose exact peak fits, else the least-peak one); the
+budget; candidates chosen by the plain rule: the first, in order of preference, whose peak
+fits (the model with kernel scratch; where the term is one input block or reads one twice,
+the exact sweep, taken where the model is within twice the budget), else the least-peak one); the
 profile combination written out level by level; the canonicalization that rebuilds every
 form; and the minimum computed on a fresh forest against the one computed after fits at
 other budgets.
@@ -39,14 +40,26 @@ def _policy(extents, budget, block) -> BatchPolicy:
 
 
 def _exhaustive_choice(forest, extents, policy, exact, value):
-    """The term's plan under ``policy`` by the plain rule, everything computed afresh."""
+    """The term's plan under ``policy`` by the plain rule, everything computed afresh: a
+    realization's peak is the model with kernel scratch, but where the term is a bare input
+    block or reads one input twice, the exact sweep of the term alone."""
     tree = forest.trees[value]
     planner = TermPlanner(forest, extents, policy, exact)      # only for its _realize
     dp = TermDP(tree, Sizer(extents, policy), policy, forest.values)
     default = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
                if node.children}
     base = dp.profile_of(default)
-    tp, _ = planner._realize(value, default, base, base.flops)
+
+    leaves = [node.value for node in tree.nodes if not node.children]
+    measured = not tree.nodes[tree.root].children or len(set(leaves)) < len(leaves)
+
+    def realize(config, profile):
+        tp, loops = planner._realize(value, config, profile, base.flops, 0)
+        if measured:
+            return replace(tp, peak_bytes=exact(tp, tuple(loops)))
+        return replace(tp, peak_bytes=dp.profile_of(config, scratch=True).peak)
+
+    tp = realize(default, base)
     budget = policy.budget_bytes
     if tp.peak_bytes <= budget:
         return tp.opens, tp.first, tp.peak_bytes
@@ -59,15 +72,13 @@ def _exhaustive_choice(forest, extents, policy, exact, value):
         config.update({n: (o, f) for n, o, f in c.config})
         return config
 
-    def realize(c):
-        return planner._realize(value, config_of(c), c.profile, base.flops)[0]
-
     for c in cands:
-        if dp.profile_of(config_of(c), scratch=True).peak <= budget:
-            trial = realize(c)
-            if trial.peak_bytes <= budget:
-                return trial.opens, trial.first, trial.peak_bytes
-    small = realize(least)
+        if measured and c.peak > 2 * budget:
+            continue                         # not measured: the model is far over
+        trial = realize(config_of(c), c.profile)
+        if trial.peak_bytes <= budget:
+            return trial.opens, trial.first, trial.peak_bytes
+    small = realize(config_of(least), least.profile)
     return (small.opens, small.first, small.peak_bytes) if small.peak_bytes <= budget else None
 
 
