@@ -7,11 +7,12 @@ realizations does, and terms that pose the same DP problem up to their labels' n
 ``TermMenu`` keeps them in order of preference (fewest flops, then fewer loops, then lower
 model peak) and answers a budget with the first one whose peak fits, else the least-peak
 one if it fits. A realization's peak is the DP's model with its kernels' scratch counted
-(``TermDP.profile_of(..., scratch=True)``), or where the model may miss it (a term that
-is one input block, or reads an input twice: ``beyond_model``) the static sweep
-of the term alone; it is computed when a budget first needs it and reused by every later
-budget. Measuring every candidate with that sweep, as the planner did, took a third of
-a fit's time for the same peaks.
+(``TermDP.profile_of(..., scratch=True)``), or where the model may miss it the static
+sweep of the term alone (``peak_rule``); it is computed when a budget first needs it and
+reused by every later budget. Measuring every candidate with that sweep instead, as the
+planner did, made the same plans on 86 of 88 fits of the packaged texts (the other two:
+one or two more loops at the same peak) and took 1.3–1.6× as long on closed-shell CCSD at
+10 %, at the minimum and for a refusal.
 """
 from __future__ import annotations
 
@@ -23,30 +24,46 @@ from .dp import Candidate, TermDP, problem_key, relabelled, walk_first
 from .policy import BatchPolicy
 from .sizes import Sizer
 
-__all__ = ["TermMenu", "Realized", "beyond_model"]
+__all__ = ["TermMenu", "Realized", "peak_rule", "MODELLED", "TWICE", "MEASURED"]
 
 #: A realized choice: the term plan (loop ids from 0, its peak) and its loops.
 Realized = tuple  # (TermPlan, list[Loop])
 
 
-def beyond_model(tree: TermTree) -> bool:
-    """Whether the tree model may miss the term's peak as scheduled: a term that is one
-    input block (the schedule adds it into its sum in chunks), or one that reads an input
-    twice (the schedule fetches a block once for both reads and keeps it live between
-    them, where the model holds two copies for their own spans). Elsewhere the model with
-    kernel scratch is the static sweep of the term alone: 1,373 of 1,373 realizations of
-    the packaged CCSD texts (closed-shell, spin-orbital, unrestricted; the first six of
-    each term and the unbatched one), and tests/plan/test_scratch_model.py."""
+#: How a term's realization peaks are known (``peak_rule``).
+MODELLED, TWICE, MEASURED = "modelled", "twice", "measured"
+
+
+def peak_rule(tree: TermTree) -> str:
+    """How the peaks of a term's realizations are known, when the planner can measure them
+    (the schedule stage's sweep of the term alone):
+
+    - ``MEASURED``: the term is one input block (the schedule adds it into its sum in
+      chunks), or its sizes are composite (power means, which the model and the sweep
+      group differently): every candidate tried is measured;
+    - ``TWICE``: it reads an input twice (the schedule fetches a block once for both
+      reads and keeps it live between them, where the model holds two copies for their own
+      spans): the unbatched and the least-peak realizations are measured (what a term can
+      reach is exact), the others modelled, a small block apart at most (one o·v array on
+      CCSD);
+    - ``MODELLED``: the model with kernel scratch, which is that sweep: 1,373 of 1,373
+      realizations of the packaged CCSD texts (closed-shell, spin-orbital, unrestricted;
+      the first six of each term and the unbatched one), and a property test on random
+      forests (tests/plan/test_scratch_model.py)."""
+    if not tree.nodes[tree.root].children or any(ix.protos for node in tree.nodes
+                                                 for ix in node.labels):
+        return MEASURED
     leaves = [node.value for node in tree.nodes if not node.children]
-    return not tree.nodes[tree.root].children or len(set(leaves)) < len(leaves)
+    return TWICE if len(set(leaves)) < len(leaves) else MODELLED
 
 
 class TermMenu:
     """The realizations of one term tree under one policy (its budget aside)."""
 
     def __init__(self, value: int, tree: TermTree, sizer: Sizer, policy: BatchPolicy,
-                 realize: Callable[[int, dict, object, int, int], Realized],
-                 solved: dict | None = None, values: Sequence[Value] | None = None) -> None:
+                 realize: Callable[[int, dict, object, int, int | None], Realized],
+                 solved: dict | None = None, values: Sequence[Value] | None = None,
+                 measure: bool = False) -> None:
         self.value = value
         self.tree = tree
         self.policy = policy
@@ -61,14 +78,16 @@ class TermMenu:
         self._least = -1
         self._realized: dict[int, Realized] = {}
         self._modelled: dict[int, int] = {}
-        self.beyond = beyond_model(tree)      # peaks measured by the planner's sweep
+        # without ``measure`` (no sweep to measure with) every peak is the plain model
+        self.rule = peak_rule(tree) if measure and values is not None else None
 
     @property
     def default(self) -> Realized:
         """The unbatched realization (no loops, the unbatched walk's child order)."""
         if self._default is None:
+            peak = self._model(self.default_config) if self.rule == MODELLED else None
             self._default = self._realize(self.value, self.default_config, self.base,
-                                          self.base.flops, self._model(self.default_config))
+                                          self.base.flops, peak)
         return self._default
 
     @property
@@ -105,15 +124,18 @@ class TermMenu:
 
     def _model(self, config: dict) -> int:
         """The model peak of a configuration, its kernels' scratch counted."""
-        return self.dp.profile_of(config, scratch=self.dp.values is not None).peak
+        return self.dp.profile_of(config, scratch=True).peak
 
     def realized(self, k: int) -> Realized:
-        """Candidate ``k`` (in order of preference) as a term plan with its peak."""
+        """Candidate ``k`` (in order of preference) as a term plan with its peak (None
+        passed: the planner measures it, or without a sweep takes the plain model)."""
         got = self._realized.get(k)
         if got is None:
-            got = self._realized[k] = self._realize(self.value, self._config(k),
-                                                    self._solve()[k].profile, self.base.flops,
-                                                    self.model_peak(k))
+            cands = self._solve()
+            modelled = self.rule == MODELLED or (self.rule == TWICE and k != self._least)
+            got = self._realized[k] = self._realize(
+                self.value, self._config(k), cands[k].profile, self.base.flops,
+                self.model_peak(k) if modelled else None)
         return got
 
     def model_peak(self, k: int) -> int:
@@ -149,10 +171,10 @@ class TermMenu:
         cands = self._solve()
         least = self.min_peak
         for k, c in enumerate(cands):
-            # a measured peak may be below the model (a block read twice is held once): a
-            # candidate is measured unless its model is over twice the budget
-            if c.peak > (2 * budget if self.beyond else budget) or (
-                    not self.beyond and self.model_peak(k) > budget):
+            if self.rule == MEASURED:
+                if c.peak > 2 * budget:       # a measured peak may be well below the model
+                    continue
+            elif c.peak > budget or (self.rule is not None and self.model_peak(k) > budget):
                 continue
             trial, loops = self.realized(k)
             if trial.peak_bytes <= budget:

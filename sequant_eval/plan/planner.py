@@ -9,7 +9,7 @@ from ..forest.values import Forest, TermTree
 from ..units import format_budget, format_bytes
 from .dp import TermDP, walk_first
 from .loops import Loop, Open
-from .menu import TermMenu, beyond_model
+from .menu import TermMenu
 from .policy import BatchPolicy
 from .regime import Regime
 from .sizes import Sizer
@@ -95,10 +95,11 @@ class TermPlanner:
 
     The DP ranks realizations by its profile model, and a realization's peak is that
     model with its kernels' scratch counted (``TermDP.profile_of(..., scratch=True)``).
-    ``exact``, when given, measures what the model may miss (``menu.beyond_model``: a term
-    that is one input block, or reads an input twice) with the schedule stage's static
-    sweep of the term alone; elsewhere the model is that sweep. The forest's own sweep,
-    which the fitter checks every plan with, stays the authority. ``menus`` (term value → TermMenu) may be
+    ``exact``, when given, measures what the model may miss (``menu.peak_rule``: a term
+    that is one input block, has composite sizes, or reads an input twice) with the
+    schedule stage's static sweep of the term alone; elsewhere the model is that sweep.
+    Without it every peak is the plain model's. The forest's own sweep, which the fitter
+    checks every plan with, stays the authority. ``menus`` (term value → TermMenu) may be
     shared by planners of the same forest, regime and policy that differ only in the
     budget: the DP and every peak are then computed once for all of them; ``solved``
     (shared the same way) holds each distinct DP problem's Pareto set, so terms that differ
@@ -129,15 +130,17 @@ class TermPlanner:
         if got is None:
             got = self.menus[value] = TermMenu(value, self.forest.trees[value], self.sizer,
                                                self.policy, self._realize, self.solved,
-                                               self.forest.values)
+                                               self.forest.values, self.exact is not None)
         return got
 
-    def _realize(self, value: int, config: dict, prof, base_flops: int, peak: int):
-        tree = self.forest.trees[value]
-        tp, new = _term_plan(value, tree, config, self.sizer, prof, base_flops, 0, 0)
-        if self.exact is not None and beyond_model(tree):
-            return replace(tp, peak_bytes=self.exact(tp, tuple(new))), new
-        return replace(tp, peak_bytes=peak), new
+    def _realize(self, value: int, config: dict, prof, base_flops: int, peak: int | None):
+        """A configuration as a term plan and its loops; its peak ``peak``, or where None
+        the sweep's (``exact``), or without one the plain model's."""
+        tp, new = _term_plan(value, self.forest.trees[value], config, self.sizer, prof,
+                             base_flops, 0, 0)
+        if peak is None and self.exact is not None:
+            peak = self.exact(tp, tuple(new))
+        return (tp if peak is None else replace(tp, peak_bytes=peak)), new
 
     def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
         """Every term under its budget (default: the policy's); InfeasibleBudget otherwise."""

@@ -18,7 +18,7 @@ of the budget asked for, and named in InfeasibleBudget; any budget at or above i
 
 Everything a budget probe needs that does not depend on the budget is remembered per
 forest, regime and policy (``_Fitting``, for the few latest forests): each term's DP and the
-exact peak of every realization it has measured (``plan.menu.TermMenu``), and the verdict
+peak of every realization it has tried (``plan.menu.TermMenu``), and the verdict
 of every distinct plan it has scheduled. A probe then costs menu look-ups plus one sweep
 per plan not seen before; the probes of a minimum search mostly meet plans already seen.
 """
@@ -58,7 +58,7 @@ class _Verdict:
 
 class _Fitting:
     """What the fitter remembers for one forest, regime and policy (its budget aside): the
-    term menus (each term's DP and exact peaks, shared by every budget), the verdict on
+    term menus (each term's DP and realization peaks, shared by every budget), the verdict on
     every plan it has scheduled, the unbatched and least-peak schedules and the minimum.
 
     Probing many budgets then costs one sweep per *distinct* plan, not per probe."""

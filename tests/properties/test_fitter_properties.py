@@ -2,8 +2,8 @@
 
 Oracles: a term planner made afresh for every budget (no menu shared with any other
 budget; candidates chosen by the plain rule: the first, in order of preference, whose peak
-fits (the model with kernel scratch; where the term is one input block or reads one twice,
-the exact sweep, taken where the model is within twice the budget), else the least-peak one); the
+fits (the model with kernel scratch; the exact sweep where the term is one input block,
+and for the unbatched and least-peak realizations where it reads one input twice), else the least-peak one); the
 profile combination written out level by level; the canonicalization that rebuilds every
 form; and the minimum computed on a fresh forest against the one computed after fits at
 other budgets.
@@ -41,8 +41,9 @@ def _policy(extents, budget, block) -> BatchPolicy:
 
 def _exhaustive_choice(forest, extents, policy, exact, value):
     """The term's plan under ``policy`` by the plain rule, everything computed afresh: a
-    realization's peak is the model with kernel scratch, but where the term is a bare input
-    block or reads one input twice, the exact sweep of the term alone."""
+    realization's peak is the model with kernel scratch, but the exact sweep of the term
+    alone where the term is a bare input block, and for the unbatched and least-peak
+    realizations of a term that reads one input twice."""
     tree = forest.trees[value]
     planner = TermPlanner(forest, extents, policy, exact)      # only for its _realize
     dp = TermDP(tree, Sizer(extents, policy), policy, forest.values)
@@ -51,34 +52,40 @@ def _exhaustive_choice(forest, extents, policy, exact, value):
     base = dp.profile_of(default)
 
     leaves = [node.value for node in tree.nodes if not node.children]
-    measured = not tree.nodes[tree.root].children or len(set(leaves)) < len(leaves)
-
-    def realize(config, profile):
-        tp, loops = planner._realize(value, config, profile, base.flops, 0)
-        if measured:
-            return replace(tp, peak_bytes=exact(tp, tuple(loops)))
-        return replace(tp, peak_bytes=dp.profile_of(config, scratch=True).peak)
-
-    tp = realize(default, base)
-    budget = policy.budget_bytes
-    if tp.peak_bytes <= budget:
-        return tp.opens, tp.first, tp.peak_bytes
-    cands = sorted(dp.solve(tree.root),
-                   key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
-    least = min(cands, key=lambda c: (c.peak, c.profile.flops))
+    bare = not tree.nodes[tree.root].children
+    twice = not bare and len(set(leaves)) < len(leaves)      # (random texts: no composites)
 
     def config_of(c):
         config = dict(default)
         config.update({n: (o, f) for n, o, f in c.config})
         return config
 
-    for c in cands:
-        if measured and c.peak > 2 * budget:
+    def measured(config, profile):
+        tp, loops = planner._realize(value, config, profile, base.flops, 0)
+        return replace(tp, peak_bytes=exact(tp, tuple(loops)))
+
+    def modelled(config, profile):
+        tp, _ = planner._realize(value, config, profile, base.flops, 0)
+        return replace(tp, peak_bytes=dp.profile_of(config, scratch=True).peak)
+
+    tp = (measured if bare or twice else modelled)(default, base)
+    budget = policy.budget_bytes
+    if tp.peak_bytes <= budget:
+        return tp.opens, tp.first, tp.peak_bytes
+    cands = sorted(dp.solve(tree.root),
+                   key=lambda c: (c.profile.flops, c.nloops, c.peak, repr(c.config)))
+    least = min(range(len(cands)), key=lambda k: (cands[k].peak, cands[k].profile.flops))
+    for k, c in enumerate(cands):
+        if bare and c.peak > 2 * budget:
             continue                         # not measured: the model is far over
-        trial = realize(config_of(c), c.profile)
+        if not bare and dp.profile_of(config_of(c), scratch=True).peak > budget:
+            continue
+        trial = (measured if bare or (twice and k == least) else modelled)(config_of(c),
+                                                                          c.profile)
         if trial.peak_bytes <= budget:
             return trial.opens, trial.first, trial.peak_bytes
-    small = realize(config_of(least), least.profile)
+    small = measured(config_of(cands[least]), cands[least].profile) if bare or twice else \
+        modelled(config_of(cands[least]), cands[least].profile)
     return (small.opens, small.first, small.peak_bytes) if small.peak_bytes <= budget else None
 
 
