@@ -308,7 +308,8 @@ class Evaluator:
 
     def plan(self) -> BatchPlan:
         """The batch plan under the policy in force (unbatched with none), each term's peak
-        measured exactly as that term scheduled alone."""
+        that of the term scheduled alone (modelled where the model is that sweep, else
+        measured: ``plan.menu.peak_rule``)."""
         policy = self.policy or BatchPolicy()
         checker = term_peak(self.forest, BatchPlan(policy, self.regime, (), ()))
         return plan_forest(self.forest, self.regime, policy, exact=checker)

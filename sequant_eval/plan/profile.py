@@ -7,9 +7,10 @@ block at level d+1 closes. A node that opens loops O allocates, at the open of e
 blocks, the accumulator that the block's batches sum or scatter into; while its contraction
 runs, its kernel's scratch (a transposing copy, a temporary result) is live beside it. These
 rules are the sequencer's (schedule/ordered.py) and the sweep's (schedule/peak.py); so the
-peak computed here is the peak the static sweep finds for a term scheduled alone, except
-where the schedule frees or streams what a tree cannot show (a bare leaf added to its sum
-in chunks), where it is higher. The planner measures the exact peak of what it chooses.
+peak computed here (with the kernels' scratch) is the peak the static sweep finds for a term
+scheduled alone, except where the schedule shares or streams what a tree cannot show: an
+input read twice (fetched once, live between the reads), or a bare leaf added to its sum in
+chunks (``plan.menu.peak_rule`` says when the planner measures instead).
 """
 from __future__ import annotations
 
