@@ -382,12 +382,19 @@ def _minimum(fit: _Fitting, policy: BatchPolicy, progress=None, run: bool = Fals
 
 def _search_minimum(fit: _Fitting, policy: BatchPolicy, progress=None):
     forest, extents = fit.forest, fit.extents
-    top = _top(fit)
     floor = max(1, lower_bound(forest, extents, policy))
-    best = top
     least = _least(fit)                                 # every term at its least peak
-    if least is not None and least.peak_bytes < best.peak_bytes:
+    # the unbatched schedule holds each term's own unbatched peak while it runs, so a
+    # least-peak schedule below the largest of those is below it too and needs no
+    # comparison with it (every packaged text: the unbatched one is not scheduled)
+    if least is not None and least.peak_bytes < max(
+            (fit.planner(fit.policy).menu(v).default[0].peak_bytes for v in forest.trees),
+            default=0):
         best = least
+    else:
+        best = _top(fit)
+        if least is not None and least.peak_bytes < best.peak_bytes:
+            best = least
 
     def index(b: float) -> int:                         # grid: floor·(1+GRID)^k
         return max(0, math.ceil(math.log(max(b, floor) / floor) / math.log1p(GRID) - 1e-9))

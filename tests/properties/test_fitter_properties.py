@@ -24,6 +24,7 @@ from sequant_eval.plan.planner import TermPlanner
 from sequant_eval.plan.profile import Profile, node_profile
 from sequant_eval.plan.sizes import Sizer
 from sequant_eval.schedule import boulevard, fusable
+from sequant_eval.schedule import budget as fitter
 from sequant_eval.schedule.analysis import term_peak
 from sequant_eval.schedule.budget import fit_forest, minimum_budget
 from sequant_eval.schedule.forms import build_forms
@@ -253,3 +254,22 @@ def test_options_skipped_on_their_bound_change_no_pareto_set(case, block, max_lo
         got = _Counted(tree, sizer, policy).solve(tree.root)
         assert repr(got) == repr(_Unbounded(tree, sizer, policy).solve(tree.root)), value
     event(f"options skipped: {_Counted.skipped > before}")
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(equation_sets(max_terms=5, max_factors=5), st.integers(1, 3))
+def test_unbatched_schedule_holds_every_terms_own_unbatched_peak(case, block):
+    """What lets the minimum search leave the unbatched schedule unscheduled when the
+    least-peak one is lower than every term's own unbatched peak: the unbatched schedule
+    (leaves fetched per term, the search's upper end) peaks at least at each term's own
+    unbatched peak. Oracle: the schedule stage's sweep of the whole forest against each
+    term's (modelled or measured) unbatched realization. Every draw has a term."""
+    from sequant_eval.schedule import budget
+
+    text, extents = case
+    forest = _forest(text, extents)
+    fit = fitter._fitting(forest, extents, _policy(extents, None, block))
+    top = fitter._top(fit).peak_bytes
+    planner = fit.planner(fit.policy)
+    for value in forest.trees:
+        assert planner.menu(value).default[0].peak_bytes <= top, forest.trees[value].where
