@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from itertools import permutations
 from math import prod
 
+from ..errors import UnsupportedFeature
 from ..expr.index import Index
 from ..forest.values import TermTree, Value
 from .kernels import plan_contraction
@@ -168,7 +169,9 @@ class TermDP:
         of an operand, a temporary result), as the schedule charges them at its build step.
         0 where a size is composite (no kernel plan)."""
         if self.values is None:
-            raise ValueError("kernel scratch needs the forest's values (TermDP(..., values))")
+            raise UnsupportedFeature("kernel scratch is counted only by a TermDP given the "
+                                     "forest's values: TermDP(tree, sizer, policy, "
+                                     "forest.values)")
         u, v = self.tree.nodes[n].children
         mask &= self._mask[n] | self._mask[u] | self._mask[v]
         key = (n, mask)

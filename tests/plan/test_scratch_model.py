@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from sequant_eval.errors import UnsupportedFeature
 from sequant_eval.expr import parse
 from sequant_eval.forest import build_forest
 from sequant_eval.plan import BatchPlan, BatchPolicy
+from sequant_eval.plan.dp import TermDP
 from sequant_eval.plan.kernels import plan_contraction
 from sequant_eval.plan.menu import MODELLED, TWICE, peak_rule
 from sequant_eval.plan.planner import TermPlanner
@@ -51,6 +54,9 @@ def test_a_transposing_kernel_is_charged_at_its_step():
     assert model == bare + 8 * kernel.scratch_elements
     tp, loops = menu.default
     assert model == planner.exact(tp, tuple(loops)) == tp.peak_bytes   # the sweep's peak
+    bare_dp = TermDP(menu.tree, planner.sizer, planner.policy)          # no forest values
+    with pytest.raises(UnsupportedFeature, match="forest.values"):
+        bare_dp.profile_of(config, scratch=True)
 
 
 def test_packaged_ccsd_candidates_model_what_the_sweep_measures():
