@@ -149,18 +149,23 @@ class TermDP:
     def _ids(self, chain: tuple[Open, ...]) -> tuple[int, ...]:
         return tuple(self._oid(o) for o in chain)
 
+    def _sizes(self, n: int, sliced: int) -> tuple:
+        """Per mode of node n's array: its size, the labels in mask ``sliced`` at block
+        extent."""
+        labels = self.tree.nodes[n].labels
+        full = self._full_sizes.get(n)
+        if full is None:
+            full = self._full_sizes[n] = self.sizer.regime.label_sizes(labels)
+        return tuple(self.sizer.block(ix) if self._bit[ix] & sliced else x
+                     for ix, x in zip(labels, full))
+
     def _footprint(self, n: int, sliced: int) -> int:
         """Bytes of node n's array with the labels in mask ``sliced`` at block extent."""
         key = (n, sliced)
         got = self._footprints.get(key)
         if got is None:
-            labels = self.tree.nodes[n].labels
-            full = self._full_sizes.get(n)
-            if full is None:
-                full = self._full_sizes[n] = self.sizer.regime.label_sizes(labels)
-            sizes = [self.sizer.block(ix) if self._bit[ix] & sliced else x
-                     for ix, x in zip(labels, full)]
-            got = self._footprints[key] = footprint_bytes(sizes, self.sizer.itemsize)
+            got = self._footprints[key] = footprint_bytes(self._sizes(n, sliced),
+                                                          self.sizer.itemsize)
         return got
 
     def _kernel_scratch(self, n: int, mask: int) -> int:
@@ -177,14 +182,7 @@ class TermDP:
         key = (n, mask)
         got = self._scratch.get(key)
         if got is None:
-            shapes = []
-            for m in (n, u, v):
-                labels = self.tree.nodes[m].labels
-                full = self._full_sizes.get(m)
-                if full is None:
-                    full = self._full_sizes[m] = self.sizer.regime.label_sizes(labels)
-                shapes.append(tuple(self.sizer.block(ix) if self._bit[ix] & mask else x
-                                    for ix, x in zip(labels, full)))
+            shapes = [self._sizes(m, mask) for m in (n, u, v)]
             got = 0
             if all(float(x).is_integer() for s in shapes for x in s):
                 own, a, b = (tuple(int(x) for x in s) for s in shapes)

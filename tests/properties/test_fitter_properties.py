@@ -264,8 +264,6 @@ def test_unbatched_schedule_holds_every_terms_own_unbatched_peak(case, block):
     (leaves fetched per term, the search's upper end) peaks at least at each term's own
     unbatched peak. Oracle: the schedule stage's sweep of the whole forest against each
     term's (modelled or measured) unbatched realization. Every draw has a term."""
-    from sequant_eval.schedule import budget
-
     text, extents = case
     forest = _forest(text, extents)
     fit = fitter._fitting(forest, extents, _policy(extents, None, block))
