@@ -363,6 +363,33 @@ def _finish(forest: Forest, forms: list[Form], terms, loops, uf: UnionFind) -> R
                         canon)
 
 
+def _rank_needed(fid: int, forms: list[Form], rank: list[int],
+                 acc_rank: dict[tuple[int, int], int], counter: int) -> int:
+    """Rank form ``fid`` in evaluation order after what it needs (a sum's entries in turn,
+    each accumulation step ranked), from ``counter`` on; returns the next free rank. (A
+    module function, not a recursive closure: that would be a reference cycle per
+    schedule.)"""
+    if rank[fid] >= 0:
+        return counter
+    form = forms[fid]
+    if form.kind is FormKind.SUM:
+        for k, op in enumerate(form.operands):
+            counter = _rank_needed(op, forms, rank, acc_rank, counter)
+            acc_rank[(fid, k)] = counter
+            counter += 1
+        rank[fid] = acc_rank[(fid, 0)] if form.operands else counter
+        return counter if form.operands else counter + 1
+    deps = list(form.operands)
+    if form.kind is FormKind.CONTRACT and form.first == 1:
+        deps.reverse()
+    if form.source >= 0:
+        deps = [form.source]
+    for d in deps:
+        counter = _rank_needed(d, forms, rank, acc_rank, counter)
+    rank[fid] = counter
+    return counter + 1
+
+
 def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
                  fused: dict[int, int], term_results: dict[int, int],
                  canon: list[int]) -> RichSchedule:
@@ -370,33 +397,8 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
     acc_rank: dict[tuple[int, int], int] = {}
     counter = 0
     sums = {f.value: f.id for f in forms if f.kind is FormKind.SUM}
-
-    def need(fid: int) -> None:
-        nonlocal counter
-        if rank[fid] >= 0:
-            return
-        form = forms[fid]
-        if form.kind is FormKind.SUM:
-            for k, op in enumerate(form.operands):
-                need(op)
-                acc_rank[(fid, k)] = counter
-                counter += 1
-            rank[fid] = acc_rank[(fid, 0)] if form.operands else counter
-            if not form.operands:
-                counter += 1
-            return
-        deps = list(form.operands)
-        if form.kind is FormKind.CONTRACT and form.first == 1:
-            deps.reverse()
-        if form.source >= 0:
-            deps = [form.source]
-        for d in deps:
-            need(d)
-        rank[fid] = counter
-        counter += 1
-
     for root in forest.roots:
-        need(sums[root.value])
+        counter = _rank_needed(sums[root.value], forms, rank, acc_rank, counter)
     readers, order = readers_and_order(forms)
     return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank, readers, order, fused,
                         term_results, counter)

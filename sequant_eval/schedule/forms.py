@@ -87,10 +87,24 @@ class TermForms:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    """The forms of one plan, each made once (``add``: equal keys are one form), as the
+    walks of the planned term trees (``_TermWalk``) and of the equation sums
+    (``sum_form``) ask for them. The walks recurse through methods, not closures: a
+    recursive closure refers to itself, a reference cycle per schedule that only the cyclic
+    collector would free (the fitter pauses it)."""
+
+    def __init__(self, forest: Forest, plan: BatchPlan) -> None:
         self.forms: list[Form] = []
         self.index: dict[tuple, int] = {}
         self.alias: dict[int, int] = {}      # leaf form → first leaf form of that block
+        self.forest = forest
+        self.plan = plan
+        self.sliced = {s.value: s for s in plan.sliced}
+        self.tied = {forest.values[s.value].entries[k].value: lids
+                     for s in plan.sliced for k, lids in enumerate(s.loops)}
+        self.batch_of: dict[int, int] = {}   # tied term → its result inside the tied loop
+        self.terms: dict[int, TermForms] = {}
+        self.sums: dict[int, int] = {}
 
     def add(self, **kw) -> int:
         probe = Form(-1, **kw)
@@ -108,118 +122,123 @@ class _Builder:
                 self.alias[fid] = self.index.setdefault(key[:8] + (-1,) + key[9:], fid)
         return fid
 
-
-def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, TermForms]]:
-    """Forms of every planned term tree and of every equation sum."""
-    b = _Builder()
-    loops = plan.loops
-    terms: dict[int, TermForms] = {}
-    sliced = {s.value: s for s in plan.sliced}
-    tied = {forest.values[s.value].entries[k].value: lids
-            for s in plan.sliced for k, lids in enumerate(s.loops)}
-    batch_of: dict[int, int] = {}         # tied term → its result inside the tied loop
-    for tp in plan.terms:
-        tree = tp.tree
-        results = [-1] * len(tree.nodes)
-        builds = [-1] * len(tree.nodes)
-        labels = [frozenset(n.labels) for n in tree.nodes]
-
-        def chain_labels(chain: tuple[int, ...]):
-            return tuple(_LoopLabel(loops[l].label, l) for l in chain)
-
-        def visit(n: int, ctx: tuple[int, ...]) -> None:
-            node = tree.nodes[n]
-            chain = ctx + tp.opens[n]
-
-            def sliced_on(lids: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-                pos = {ix: p for p, ix in enumerate(node.labels)}
-                return tuple(sorted((pos[loops[l].label], l) for l in lids
-                                    if loops[l].label in pos))
-
-            if not node.children:
-                if n == tree.root and tp.value in tied:
-                    ctx = tp.opens[n]            # a term that is one block, read by batch
-                    batch_of[tp.value] = -1
-                # an unsliced block fetched for one term is not kept for the next one
-                # unless the plan shares leaves (the unbatched walk does)
-                mine = -1 if plan.share_leaves or ctx else tp.value
-                fid = b.add(kind=FormKind.LEAF, value=node.value, term=tp.value,
-                            sliced=sliced_on(ctx), partial=(), scope=ctx, owner=mine)
-                results[n] = builds[n] = fid
-                if batch_of.get(tp.value) == -1:
-                    batch_of[tp.value] = fid
-                return
-            lids = tied.get(tp.value, ())
-            k = len(lids)
-            for c in node.children:
-                sub = tuple(x.loop for x in prefix_for(chain_labels(chain), labels[c]))
-                if k and chain[:k] == lids and sub[:k] != lids:
-                    # inside tied loops everything is made per batch (the other terms of
-                    # the sliced sum share them): what lacks their labels is made again
-                    sub = lids + tuple(x.loop for x in prefix_for(chain_labels(chain[k:]),
-                                                                   labels[c]))
-                visit(c, sub)
-            contracted = tuple(l for l in tp.opens[n] if loops[l].label not in labels[n])
-            fid = b.add(kind=FormKind.CONTRACT, value=node.value, term=tp.value,
-                        sliced=sliced_on(chain), partial=contracted, scope=chain,
-                        operands=tuple(results[c] for c in node.children), first=tp.first[n])
-            builds[n] = fid
-            opens = tp.opens[n]
-            # a tied loop (an inner sum sliced on it) keeps its own escape: the term's
-            # batch of it is what the inner sum's batch reads
-            lids = tied.get(tp.value, ())
-            split = len(lids) if n == tree.root and lids and opens[:len(lids)] == lids else 0
-            if split:
-                batch_of[tp.value] = fid
-            j = len(opens)
-            while j > 0:
-                # a run of external loops scatters jointly: one destination, no
-                # intermediate forms between them
-                i = j - 1
-                while i > (split if j > split else 0) and _external(
-                        loops, opens[i - 1]) and _external(loops, opens[j - 1]):
-                    i -= 1
-                outer = ctx + opens[:i]
-                fid = b.add(kind=FormKind.ASSEMBLE, value=node.value, term=tp.value,
-                            sliced=sliced_on(outer),
-                            partial=tuple(l for l in contracted if l in outer),
-                            scope=outer, source=fid, via=opens[j - 1], also=opens[i : j - 1])
-                if split and i == split:
-                    batch_of[tp.value] = fid
-                j = i
-            results[n] = fid
-
-        visit(tree.root, ())
-        terms[tp.value] = TermForms(tp.value, tuple(results), tuple(builds))
-
-    sums: dict[int, int] = {}
-
-    def sum_form(vid: int) -> int:
+    def sum_form(self, vid: int) -> int:
+        """The form of equation (or inner) sum ``vid``, its entries' forms made first."""
+        sums, sliced, forest = self.sums, self.sliced, self.forest
         if vid in sums:
             return sums[vid]
         if vid in sliced:            # built batch by batch in the tied loops, then escapes
             lids = sliced[vid].loops[0]
-            inner = b.add(kind=FormKind.SUM, value=vid, term=-1,
-                          sliced=tuple(sorted(zip(sliced[vid].modes, lids))), partial=(),
-                          scope=lids, operands=tuple(batch_of[e.value]
-                                                     for e in forest.values[vid].entries))
-            sums[vid] = b.add(kind=FormKind.ASSEMBLE, value=vid, term=-1, sliced=(),
-                              partial=(), scope=(), source=inner, via=lids[-1],
-                              also=lids[:-1])
+            inner = self.add(kind=FormKind.SUM, value=vid, term=-1,
+                             sliced=tuple(sorted(zip(sliced[vid].modes, lids))), partial=(),
+                             scope=lids, operands=tuple(self.batch_of[e.value]
+                                                        for e in forest.values[vid].entries))
+            sums[vid] = self.add(kind=FormKind.ASSEMBLE, value=vid, term=-1, sliced=(),
+                                 partial=(), scope=(), source=inner, via=lids[-1],
+                                 also=lids[:-1])
             return sums[vid]
         ops = []
         for e in forest.values[vid].entries:
             if forest.values[e.value].kind is ValueKind.SUM:
-                ops.append(sum_form(e.value))
+                ops.append(self.sum_form(e.value))
             else:
-                ops.append(terms[e.value].results[forest.trees[e.value].root])
-        sums[vid] = b.add(kind=FormKind.SUM, value=vid, term=-1, sliced=(), partial=(),
-                          scope=(), operands=tuple(ops))
+                ops.append(self.terms[e.value].results[forest.trees[e.value].root])
+        sums[vid] = self.add(kind=FormKind.SUM, value=vid, term=-1, sliced=(), partial=(),
+                             scope=(), operands=tuple(ops))
         return sums[vid]
 
-    for root in forest.roots:
-        sum_form(root.value)
-    return _prune(b.forms, terms, [sums[r.value] for r in forest.roots])
+
+class _TermWalk:
+    """The walk of one planned term tree: every node's forms, its children's first."""
+
+    def __init__(self, b: _Builder, tp) -> None:
+        self.b = b
+        self.tp = tp
+        nodes = tp.tree.nodes
+        self.results = [-1] * len(nodes)
+        self.builds = [-1] * len(nodes)
+        self.labels = [frozenset(n.labels) for n in nodes]
+
+    def forms(self) -> TermForms:
+        self.visit(self.tp.tree.root, ())
+        return TermForms(self.tp.value, tuple(self.results), tuple(self.builds))
+
+    def chain_labels(self, chain: tuple[int, ...]):
+        loops = self.b.plan.loops
+        return tuple(_LoopLabel(loops[l].label, l) for l in chain)
+
+    def visit(self, n: int, ctx: tuple[int, ...]) -> None:
+        b, tp = self.b, self.tp
+        loops, tied, batch_of = b.plan.loops, b.tied, b.batch_of
+        tree, results, labels = tp.tree, self.results, self.labels
+        node = tree.nodes[n]
+        chain = ctx + tp.opens[n]
+
+        def sliced_on(lids: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+            pos = {ix: p for p, ix in enumerate(node.labels)}
+            return tuple(sorted((pos[loops[l].label], l) for l in lids
+                                if loops[l].label in pos))
+
+        if not node.children:
+            if n == tree.root and tp.value in tied:
+                ctx = tp.opens[n]            # a term that is one block, read by batch
+                batch_of[tp.value] = -1
+            # an unsliced block fetched for one term is not kept for the next one
+            # unless the plan shares leaves (the unbatched walk does)
+            mine = -1 if b.plan.share_leaves or ctx else tp.value
+            fid = b.add(kind=FormKind.LEAF, value=node.value, term=tp.value,
+                        sliced=sliced_on(ctx), partial=(), scope=ctx, owner=mine)
+            results[n] = self.builds[n] = fid
+            if batch_of.get(tp.value) == -1:
+                batch_of[tp.value] = fid
+            return
+        lids = tied.get(tp.value, ())
+        k = len(lids)
+        for c in node.children:
+            sub = tuple(x.loop for x in prefix_for(self.chain_labels(chain), labels[c]))
+            if k and chain[:k] == lids and sub[:k] != lids:
+                # inside tied loops everything is made per batch (the other terms of
+                # the sliced sum share them): what lacks their labels is made again
+                sub = lids + tuple(x.loop for x in prefix_for(self.chain_labels(chain[k:]),
+                                                               labels[c]))
+            self.visit(c, sub)
+        contracted = tuple(l for l in tp.opens[n] if loops[l].label not in labels[n])
+        fid = b.add(kind=FormKind.CONTRACT, value=node.value, term=tp.value,
+                    sliced=sliced_on(chain), partial=contracted, scope=chain,
+                    operands=tuple(results[c] for c in node.children), first=tp.first[n])
+        self.builds[n] = fid
+        opens = tp.opens[n]
+        # a tied loop (an inner sum sliced on it) keeps its own escape: the term's
+        # batch of it is what the inner sum's batch reads
+        split = len(lids) if n == tree.root and lids and opens[:len(lids)] == lids else 0
+        if split:
+            batch_of[tp.value] = fid
+        j = len(opens)
+        while j > 0:
+            # a run of external loops scatters jointly: one destination, no
+            # intermediate forms between them
+            i = j - 1
+            while i > (split if j > split else 0) and _external(
+                    loops, opens[i - 1]) and _external(loops, opens[j - 1]):
+                i -= 1
+            outer = ctx + opens[:i]
+            fid = b.add(kind=FormKind.ASSEMBLE, value=node.value, term=tp.value,
+                        sliced=sliced_on(outer),
+                        partial=tuple(l for l in contracted if l in outer),
+                        scope=outer, source=fid, via=opens[j - 1], also=opens[i : j - 1])
+            if split and i == split:
+                batch_of[tp.value] = fid
+            j = i
+        results[n] = fid
+
+
+def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, TermForms]]:
+    """Forms of every planned term tree and of every equation sum."""
+    b = _Builder(forest, plan)
+    for tp in plan.terms:
+        b.terms[tp.value] = _TermWalk(b, tp).forms()
+    roots = [b.sum_form(root.value) for root in forest.roots]
+    return _prune(b.forms, b.terms, roots)
 
 
 def _prune(forms: list[Form], terms: dict[int, TermForms],

@@ -73,18 +73,28 @@ def violates(forms: list[Form], loops: tuple[Loop, ...], uf: UnionFind) -> bool:
 
 def _has_cycle(successors, starts) -> bool:
     """Whether the directed graph ``successors(node)`` has a cycle reachable from one of
-    ``starts`` (depth-first, grey/black marks)."""
-    state: dict[int, int] = {}
-
-    def cyclic(n: int) -> bool:
-        state[n] = 1
-        for m in successors(n):
-            if state.get(m) == 1 or (m not in state and cyclic(m)):
-                return True
-        state[n] = 2
-        return False
-
-    return any(n not in state and cyclic(n) for n in starts)
+    ``starts`` (depth-first with grey/black marks, on an explicit stack: a recursive
+    closure would be a reference cycle per call, left to the cyclic collector)."""
+    state: dict[int, int] = {}                   # 1: on the path (grey), 2: done (black)
+    for start in starts:
+        if start in state:
+            continue
+        state[start] = 1
+        stack = [(start, iter(successors(start)))]
+        while stack:
+            n, rest = stack[-1]
+            for m in rest:
+                seen = state.get(m)
+                if seen == 1:
+                    return True
+                if seen is None:
+                    state[m] = 1
+                    stack.append((m, iter(successors(m))))
+                    break
+            else:
+                state[n] = 2
+                stack.pop()
+    return False
 
 
 def pairs_of(a: Form, b: Form) -> list[tuple[int, int]]:
