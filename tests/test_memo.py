@@ -66,6 +66,29 @@ def test_a_fit_is_made_once_and_again_when_equations_extents_or_budget_change():
         _exact(ev_k, e, x)
 
 
+def test_the_unbatched_schedule_is_made_once_per_forest(monkeypatch):
+    """An unbatched evaluator's schedule is also what the program reserve is measured on,
+    and a budget at or above the unbatched peak is met by that schedule: neither plans the
+    forest again. Oracle: calls of ``fit_forest`` counted, and the schedules compared."""
+    from sequant_eval.api import evaluator as api
+
+    calls = []
+    real = api.fit_forest
+    monkeypatch.setattr(api, "fit_forest", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    memo.clear()                                # no fit remembered from another test
+    eqs = ccsd_equations()[1:]
+    ev = se.Evaluator(eqs, {"i": 3, "a": 5})
+    top = ev.analyze()
+    ev.program_reserve()
+    assert len(calls) == 1 and not calls[0].finite
+    generous = se.Evaluator(eqs, {"i": 3, "a": 5},
+                            budget=top.peak_bytes + ev.program_reserve() + 1)
+    rep = generous.analyze()
+    assert not any(c.finite for c in calls)         # the reserve's schedule, no fit
+    assert rep.peak_bytes == top.peak_bytes and rep.loops == ()
+    assert generous.batched.program().dump() == ev.batched.program().dump()
+
+
 def test_a_cache_folder_gives_the_same_schedule_and_rejects_a_damaged_file(tmp_path):
     memo.set_folder(tmp_path)
     eqs = ccsd_equations()

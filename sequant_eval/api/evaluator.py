@@ -228,6 +228,8 @@ class Evaluator:
             self._budgets[self._itemsize] = policy.budget_bytes
             if not policy.finite or not policy.program:
                 fitted = self._fitted(policy)
+                if not policy.finite and not policy.sinks:     # the reserve's, once
+                    _unbatched(self.forest, self.regime, self._itemsize, fitted)
                 program = Compiled(fitted, policy.volatile, self.persist)
             else:
                 reserve = self.program_bytes
@@ -264,10 +266,15 @@ class Evaluator:
 
     def _fit(self, policy: BatchPolicy, reserve: int):
         """The forest fitted under the policy's budget less ``reserve`` (a refusal names
-        the whole budget and a minimum that includes the reserve)."""
+        the whole budget and a minimum that includes the reserve). Where the unbatched
+        schedule (known: the reserve is measured on it) fits, it is the fit, not planned again."""
         budget = policy.budget_bytes
+        arrays = replace(policy, budget=max(1.0, budget - reserve))
+        top = _unbatched(self.forest, self.regime, policy.itemsize)
+        if not policy.sinks and top.peak_bytes <= arrays.budget_bytes:
+            return replace(top, plan=replace(top.plan, policy=arrays))
         try:
-            return self._fitted(replace(policy, budget=max(1.0, budget - reserve)))
+            return self._fitted(arrays)
         except InfeasibleBudget as err:
             raise _with_reserve(err, budget, reserve) from None
 
@@ -468,16 +475,17 @@ class Evaluator:
 _UNBATCHED: dict[tuple, tuple] = {}
 
 
-def _unbatched(forest: Forest, regime: Regime, itemsize: int):
-    """The unbatched schedule of ``forest`` (remembered for the last few forests)."""
+def _unbatched(forest: Forest, regime: Regime, itemsize: int, known=None):
+    """The unbatched schedule of ``forest`` (remembered for the last few forests; ``known``:
+    it, as an unbatched evaluator already fitted it)."""
     key = (id(forest), tuple(sorted(regime.extents.items())),
            tuple(sorted(regime.moments.items())), itemsize)
     hit = _UNBATCHED.get(key)
     if hit is None or hit[0] is not forest:
         if len(_UNBATCHED) >= 16:
             _UNBATCHED.pop(next(iter(_UNBATCHED)))
-        hit = _UNBATCHED[key] = (forest, fit_forest(forest, regime,
-                                                    BatchPolicy(itemsize=itemsize)), {})
+        hit = _UNBATCHED[key] = (forest, fit_forest(forest, regime, BatchPolicy(
+            itemsize=itemsize)) if known is None else known, {})
     return hit[1]
 
 
