@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 
 from ..errors import InfeasibleBudget
 from ..forest.values import Forest, TermTree
@@ -118,6 +119,9 @@ class TermPlanner:
         self.exact = exact
         self.menus: dict[int, TermMenu] = {} if menus is None else menus
         self.solved: dict = {} if solved is None else solved
+        # what a menu calls back with: not a bound method, which would hold the planner and
+        # so its menus (a reference cycle left to the cyclic collector)
+        self._realize = partial(_realize, forest, self.sizer, exact)
 
     @property
     def min_peak(self) -> dict[int, int]:
@@ -132,15 +136,6 @@ class TermPlanner:
                                                self.policy, self._realize, self.solved,
                                                self.forest.values, self.exact is not None)
         return got
-
-    def _realize(self, value: int, config: dict, prof, base_flops: int, peak: int | None):
-        """A configuration as a term plan and its loops; its peak ``peak``, or where None
-        the sweep's (``exact``), or without one the plain model's."""
-        tp, new = _term_plan(value, self.forest.trees[value], config, self.sizer, prof,
-                             base_flops, 0, 0)
-        if peak is None and self.exact is not None:
-            peak = self.exact(tp, tuple(new))
-        return (tp if peak is None else replace(tp, peak_bytes=peak)), new
 
     def plan(self, budgets: Mapping[int, float] | None = None) -> BatchPlan:
         """Every term under its budget (default: the policy's); InfeasibleBudget otherwise."""
@@ -171,6 +166,16 @@ class TermPlanner:
                 f"feasible plan {format_bytes(need)} ({need} B): {worst[1]} needs "
                 f"{format_bytes(worst[0])} even batched", budget, need)
         return BatchPlan(self.policy, self.extents, tuple(terms), tuple(loops))
+
+
+def _realize(forest: Forest, sizer: Sizer, exact: ExactPeak | None, value: int, config: dict,
+             prof, base_flops: int, peak: int | None):
+    """A configuration of term ``value`` as a term plan and its loops; its peak ``peak``, or
+    where None the sweep's (``exact``), or without one the plain model's."""
+    tp, new = _term_plan(value, forest.trees[value], config, sizer, prof, base_flops, 0, 0)
+    if peak is None and exact is not None:
+        peak = exact(tp, tuple(new))
+    return (tp if peak is None else replace(tp, peak_bytes=peak)), new
 
 
 def plan_forest(forest: Forest, extents: Mapping[str, int], policy: BatchPolicy,

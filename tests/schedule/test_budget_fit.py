@@ -390,7 +390,8 @@ def test_the_fitter_pauses_the_collector_and_leaves_no_reference_cycles(refused)
     every time a long fit has grown it by a quarter) and restores its state, also when it
     refuses. That is safe only while planning leaves no reference cycles behind, so the
     collector's own count of unreachable objects after a fit must be 0 (it was 78,183 on
-    unrestricted CCSD at 10 % while recursive closures held the schedule's forms). A fit at
+    unrestricted CCSD at 10 % while recursive closures held the schedule's forms), and
+    after the fitter forgets the forest (its menus once held their planner). A fit at
     25 % of the unbatched peak, and a refusal at 90 % of the minimum (an attempt, then the
     minimum search). Oracle: ``gc.collect()``'s count and ``gc.isenabled()`` seen from
     inside the fit."""
@@ -432,5 +433,13 @@ def test_the_fitter_pauses_the_collector_and_leaves_no_reference_cycles(refused)
     try:
         fitter.minimum_budget(forest, extents, BatchPolicy.everything(None, extents))
         assert not gc.isenabled()                 # a paused collector stays paused
+    finally:
+        gc.enable()
+    gc.collect()
+    gc.disable()
+    try:                      # a fitting forgotten (term menus, DPs, analyses) is freed too
+        for key in [k for k, got in fitter._FITTINGS.items() if got.origin is forest]:
+            del fitter._FITTINGS[key]
+        assert gc.collect() == 0
     finally:
         gc.enable()
