@@ -329,12 +329,12 @@ def _collector_paused():
     and each time the heap has grown by a quarter the collector walks all of it: 15–35 % of
     a fit of unrestricted CCSD at 10 %, more where the process holds much else. Planning
     leaves no reference cycles behind (a test), so nothing waits for the collector."""
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if paused:
+        if was_on:
             gc.enable()
 
 
