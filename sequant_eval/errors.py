@@ -94,7 +94,13 @@ class InfeasibleBudget(SequantEvalError):
 
 
 class ScheduleError(SequantEvalError):
-    """A schedule or cell table that violates a well-formedness rule."""
+    """A schedule or cell table that violates a well-formedness rule; ``loops``: the loops
+    the violated rule is about, where the sequencer knows them (the fuser reads them to
+    find the fusion to blame)."""
+
+    def __init__(self, message: str, loops: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.loops = tuple(loops)
 
 
 class UnsupportedFeature(SequantEvalError):

@@ -257,41 +257,86 @@ def _fuse(forms: list[Form], loops, accept, start: UnionFind | None = None,
     return uf
 
 
-def _fuse_checked(forms: list[Form], loops, ok, start: UnionFind,
+def _fuse_checked(forms: list[Form], loops, blame, start: UnionFind,
                   alone: frozenset[int], first: tuple | None = None) -> UnionFind:
-    """Greedy fusion in which every kept fusion leaves ``ok`` true (the schedule stays
-    sequencable), found by bisection instead of checking each fusion: fuse everything the
-    rules allow; if the result is not ``ok``, find the first kept fusion after which it is
-    not (bisection over the kept sequence), refuse that one, and fuse again. The same
-    result as checking each kept fusion as it is made wherever a state that is not ``ok``
-    stays so as fusions are added; ``ok`` runs about log2(fusions) times per refusal.
-    After a refusal fusion resumes at the refused fusion's form from the state before it:
-    the fusions before it are the ones a fresh pass would keep again. ``first``: the
-    unchecked pass from ``start`` already made and found not ``ok`` (its state and kept
-    fusions), not made again."""
-    if not ok(start):                   # (rare) check each fusion as it is made
-        return _fuse(forms, loops, ok, start, alone)
+    """Greedy fusion in which every kept fusion leaves the schedule sequencable, found by
+    bisection instead of checking each fusion: fuse everything the rules allow; if the
+    result cannot be sequenced, find the first kept fusion after which it cannot
+    (``_first_failing``), refuse that one, and fuse again. The same result as
+    checking each kept fusion as it is made wherever a state that cannot be sequenced stays
+    so as fusions are added. ``blame(uf)``: None where ``uf``'s schedule is sequencable,
+    else the loops the sequencer's refusal names. After a refusal fusion resumes at the
+    refused fusion's form from the state before it: the fusions before it are the ones a
+    fresh pass would keep again. ``first``: the unchecked pass from ``start`` already made
+    and found unsequencable (its state, kept fusions and the loops named), not made
+    again."""
+    if blame(start) is not None:        # (rare) check each fusion as it is made
+        return _fuse(forms, loops, lambda uf: blame(uf) is None, start, alone)
     veto: set = set()
-    base, begin = start, 0              # an ok state, and the form fusion resumes at
+    base, begin = start, 0              # a sequencable state, and the form fusion resumes at
     while True:
         if first is not None:
-            (uf, kept), first = first, None
+            (uf, kept, named), first = first, None
         else:
             kept = []
             uf = _fuse(forms, loops, lambda uf: True, base, alone, frozenset(veto), kept,
                        begin)
-            if not kept or ok(uf):
+            named = blame(uf) if kept else None
+            if named is None:
                 return uf
-        lo, hi = 0, len(kept)           # after lo fusions ok (0: base); after hi not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(_replayed(forms, base, kept[:mid])):
-                lo = mid
-            else:
-                hi = mid
+        hi = _first_failing(
+            len(kept), _suspects(forms, kept, uf, named),
+            lambda n, base=base, kept=kept: blame(_replayed(forms, base, kept[:n])) is None)
         veto.add(kept[hi - 1])
         base = _replayed(forms, base, kept[: hi - 1])
         begin = kept[hi - 1][0]
+
+
+def _suspects(forms: list[Form], kept: list, failed: UnionFind,
+              named: tuple[int, ...]) -> list[int]:
+    """The positions in ``kept`` of the fusions (form, other) that joined a loop of the
+    classes the sequencer's refusal of ``failed`` (the state after all of them) names."""
+    named_set = {failed.find(l) for l in named}
+    return [k for k, (a, b) in enumerate(kept)
+            if any(failed.find(x) in named_set for x, _ in pairs_of(forms[a], forms[b]))]
+
+
+#: Suspects tried as pivots, the latest first, before plain bisection.
+_PIVOTS = 2
+
+
+def _first_failing(n: int, suspects: list[int], ok) -> int:
+    """The least ``m`` with ``ok(m)`` false, given ``ok(0)`` true and ``ok(n)`` false: after
+    how many of ``n`` fusions, made in turn, the schedule cannot be sequenced. A
+    bisection whose first pivots are the latest ``_PIVOTS`` suspects (``_suspects``): the
+    fusion to blame is usually the last that joined the loop the refusal names, found
+    in two checks instead of log2(n). Where ``ok`` is monotone (what bisection assumes)
+    the answer is bisection's: every check keeps ``ok(lo)`` true and ``ok(hi)`` false."""
+    lo, hi = 0, n
+    tried = 0
+    for k in reversed(suspects):
+        if tried == _PIVOTS or hi - lo <= 1:
+            break
+        if not lo <= k < hi:
+            continue
+        tried += 1
+        if k > lo and not ok(k):        # to blame is an earlier fusion
+            hi = k
+            continue
+        lo = k
+        if k + 1 < hi:
+            if ok(k + 1):
+                lo = k + 1
+            else:
+                hi = k + 1
+        break
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _replayed(forms: list[Form], start: UnionFind, fusions) -> UnionFind:
@@ -306,14 +351,16 @@ def _replayed(forms: list[Form], start: UnionFind, fusions) -> UnionFind:
 
 def _ordered(rich: RichSchedule):
     """The sequenced schedule of ``rich``, or None when it cannot be sequenced."""
+    return _sequenced(rich)[0]
+
+
+def _sequenced(rich: RichSchedule) -> tuple:
+    """(the sequenced schedule of ``rich``, None) or, where it cannot be sequenced, (None,
+    the loops the sequencer's refusal names)."""
     try:
-        return build_ordered_schedule(rich)
-    except ScheduleError:
-        return None
-
-
-def _sequencable(rich: RichSchedule) -> bool:
-    return _ordered(rich) is not None
+        return build_ordered_schedule(rich), None
+    except ScheduleError as err:
+        return None, err.loops
 
 
 def compute_dag_boulevard(forest: Forest, plan: BatchPlan) -> RichSchedule:
@@ -341,12 +388,12 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     kept: list = []
     fused = _fuse(forms, loops, lambda uf: True, _tied(plan), alone, kept=kept)
     rich = finish(fused)
-    ordered = _ordered(rich)
+    ordered, named = _sequenced(rich)
     if ordered is None and retry and kept:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
-        rich = finish(_fuse_checked(forms, loops, lambda uf: _sequencable(finish(uf)),
-                                    _tied(plan), alone, (fused, kept)))
+        rich = finish(_fuse_checked(forms, loops, lambda uf: _sequenced(finish(uf))[1],
+                                    _tied(plan), alone, (fused, kept, named)))
         ordered = _ordered(rich)
         if ordered is None:
             rich = finish(_tied(plan))

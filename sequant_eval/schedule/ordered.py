@@ -184,7 +184,7 @@ def form_paths(rich: RichSchedule) -> list[Path]:
                     raise ScheduleError(
                         f"form f{fid} (v{forms[fid].value}) in pass {passes[fid][loop]} of loop "
                         f"L{loop} reads f{r}, which exists per batch only in pass "
-                        f"{passes[r][loop]}; it would have to be materialized whole")
+                        f"{passes[r][loop]}; it would have to be materialized whole", (loop,))
     return [tuple((l, passes[f][l]) for l in forms[f].scope) for f in range(len(forms))]
 
 
@@ -281,7 +281,8 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     if len(order) != len(items):
         stuck = [k for k in range(len(items)) if waiting[k]]
         raise ScheduleError(f"dependency cycle among the steps of block {n.path}: "
-                            f"{len(stuck)} items wait on each other")
+                            f"{len(stuck)} items wait on each other",
+                            tuple(loop for loop, _ in n.path))
     steps = tuple(it for it in order if not isinstance(it, Output))
     outputs = tuple(it for it in order if isinstance(it, Output))
     escapes, k = [], 0

@@ -337,12 +337,12 @@ def test_greedy_analysis_is_the_analysis_or_none_where_fusions_need_retrying(mon
     assert plan.loops
     assert dump_analysis(analysis.analyze_greedy(forest, plan)) == dump_analysis(
         analysis.analyze_schedule(forest, plan))
-    ordered, calls = boulevard._ordered, []
+    sequenced, calls = boulevard._sequenced, []
 
     def first_refused(rich):
         calls.append(1)
-        return None if len(calls) == 1 else ordered(rich)
-    monkeypatch.setattr(boulevard, "_ordered", first_refused)
+        return (None, ()) if len(calls) == 1 else sequenced(rich)
+    monkeypatch.setattr(boulevard, "_sequenced", first_refused)
     assert analysis.analyze_greedy(forest, plan) is None and len(calls) == 1
     calls.clear()
     assert analysis.analyze_schedule(forest, plan).peak_bytes > 0 and len(calls) > 1

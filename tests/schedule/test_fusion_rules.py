@@ -125,6 +125,43 @@ def test_bisecting_fallback_keeps_what_checking_each_fusion_keeps(case, seed):
     def ok(uf):
         return full - len({uf.find(l.id) for l in loops}) <= limit
 
-    fast = boulevard._fuse_checked(forms, loops, ok, start, frozenset())
+    def blame(uf):
+        """None where ``ok``, else the loops a refusal would name: those of the largest
+        class (the fusions that joined it are tried as pivots first)."""
+        if ok(uf):
+            return None
+        classes = defaultdict(list)
+        for l in loops:
+            classes[uf.find(l.id)].append(l.id)
+        return tuple(max(classes.values(), key=lambda c: (len(c), c)))
+
+    fast = boulevard._fuse_checked(forms, loops, blame, start, frozenset())
     slow = _reference_fuse(forms, loops, ok, start)
     assert _classes(fast, loops) == _classes(slow, loops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 300), st.data())
+def test_pivoted_bisection_finds_the_first_failing_count_in_few_checks(n, data):
+    """``_first_failing`` against the answer it must give for a monotone ``ok`` (true
+    below the count ``bad``, false from it on: the least failing count is ``bad``), with
+    suspects drawn at random. In about half the examples the fusion to blame (``bad - 1``)
+    is the latest suspect, as the sequencer's refusal usually makes it: then two checks
+    at most, whatever ``n``; otherwise no more than the pivots' checks plus bisection's."""
+    bad = data.draw(st.integers(1, n), label="bad")
+    suspects = sorted(set(data.draw(st.lists(st.integers(0, n - 1), max_size=8),
+                                    label="suspects")))
+    blamed_last = data.draw(st.booleans(), label="blamed last")
+    if blamed_last:
+        suspects = [k for k in suspects if k < bad - 1] + [bad - 1]
+    asked = []
+
+    def ok(m):
+        assert 0 < m < n, "ok(0) is known true and ok(n) false"
+        asked.append(m)
+        return m < bad
+
+    assert boulevard._first_failing(n, suspects, ok) == bad
+    if blamed_last:
+        assert len(asked) <= 2
+    assert len(asked) <= 2 * boulevard._PIVOTS + max(1, n).bit_length()
