@@ -165,3 +165,43 @@ def test_pivoted_bisection_finds_the_first_failing_count_in_few_checks(n, data):
     if blamed_last:
         assert len(asked) <= 2
     assert len(asked) <= 2 * boulevard._PIVOTS + max(1, n).bit_length()
+
+
+@pytest.mark.slow
+def test_the_sequencers_refusal_names_the_loop_of_the_fusion_to_blame():
+    """Unrestricted CCSD at OH/STO-3G-like extents, every term planned at its least peak:
+    the fusions the rules allow cannot be sequenced as they stand (a reader would fall into
+    a later pass of a loop than a per-batch form it reads), so the fuser bisects for the
+    fusion to blame. Oracle: plain bisection over the kept fusions (no suspects). The
+    fusions that joined the loop the sequencer's refusal names must hold it: found in two
+    checks, the same one."""
+    from importlib.resources import files
+    from sequant_eval.schedule import budget
+
+    text = (files("sequant_eval.chem") / "data" / "ccsd_u.txt").read_text(encoding="utf-8")
+    extents = {"i": 5, "a": 1, "I": 4, "A": 2}
+    forest = build_forest(parse(text), extents)
+    fit = budget._fitting(forest, extents, BatchPolicy.everything(None, extents))
+    planner = fit.planner(BatchPolicy.everything(1, extents))
+    plan = fit.prepare(planner.plan({v: planner.menu(v).min_peak for v in forest.trees}))
+    forms, terms = build_forms(forest, plan)
+    start, kept = boulevard._tied(plan), []
+    fused = boulevard._fuse(forms, plan.loops, lambda uf: True, start, frozenset(), kept=kept)
+
+    def sequenced(uf):
+        return boulevard._sequenced(boulevard._finish(forest, forms, terms, plan.loops, uf))
+
+    ordered, named = sequenced(fused)
+    assert ordered is None and named
+    asked = []
+
+    def ok(n):
+        asked.append(n)
+        return sequenced(boulevard._replayed(forms, start, kept[:n]))[0] is not None
+
+    plain = boulevard._first_failing(len(kept), [], ok)
+    assert len(asked) >= 5
+    asked.clear()
+    suspects = boulevard._suspects(forms, kept, fused, named)
+    assert plain - 1 in suspects and len(suspects) < len(kept) / 10
+    assert boulevard._first_failing(len(kept), suspects, ok) == plain and len(asked) <= 2
