@@ -61,26 +61,40 @@ def tree_labels(tree: TermTree) -> list[Index]:
     return sorted({ix for node in tree.nodes for ix in node.labels})
 
 
-def problem_key(tree: TermTree) -> tuple | None:
-    """What a term's DP depends on, up to a renaming of its labels that keeps their order:
-    the tree's shape and each node's label set, a label spelled as its rank among the
-    tree's labels and its space. Two trees with the same key have the same Pareto set, the
-    labels in the loops it opens renamed rank for rank (``relabelled``): the DP reads labels
-    only as sets, in sorted order, and by their spaces' extents (kernel scratch, which
-    depends on the modes' order, is not in its search: ``TermDP``). None where a label is
+def problem_key(tree: TermTree, sizer: Sizer, policy: BatchPolicy) -> tuple | None:
+    """What a term's DP depends on, up to a renaming of its labels (and spaces): the
+    tree's shape, and each label's ``signature``, the nodes it is a mode of and what the
+    DP reads of its space. Two trees with the same key pose the same problem, their labels
+    matched signature for signature (``relabelled``): the DP reads labels only as sets and
+    through their spaces' extents, blocks and batchability (kernel scratch, which depends
+    on the modes' order, is not in its search: ``TermDP``), so alike terms of different
+    spins (unrestricted CCSD's alpha and beta spaces at equal extents) or whose summed
+    labels are named in another order share one solution. None where a label is
     composite (its size is a power mean over its protos, which the key does not hold)."""
-    labels = tree_labels(tree)
-    if any(ix.protos for ix in labels):
+    if any(ix.protos for ix in tree_labels(tree)):
         return None
-    rank = {ix: k for k, ix in enumerate(labels)}
-    return (tree.root, tuple((frozenset((rank[ix], ix.space) for ix in node.labels),
-                              node.children) for node in tree.nodes))
+    return (tree.root, tuple(node.children for node in tree.nodes),
+            tuple(sorted(signatures(tree, sizer, policy).values())))
 
 
-def relabelled(cands: list[Candidate], old: TermTree, new: TermTree) -> list[Candidate]:
+def signatures(tree: TermTree, sizer: Sizer, policy: BatchPolicy) -> dict[Index, tuple]:
+    """Per label of a tree without composite labels: the nodes it is a mode of, and its
+    space's extent, block and whether the policy batches it contracted and external."""
+    return {ix: (tuple(n for n, node in enumerate(tree.nodes) if ix in node.labels),
+                 sizer.extent(ix), sizer.block(ix), ix.space in policy.contracted,
+                 ix.space in policy.external) for ix in tree_labels(tree)}
+
+
+def relabelled(cands: list[Candidate], old: TermTree, new: TermTree, sizer: Sizer,
+               policy: BatchPolicy) -> list[Candidate]:
     """``old``'s Pareto set as ``new``'s (same ``problem_key``): each opened loop's label
-    replaced by the label of the same rank in ``new``."""
-    rename = dict(zip(tree_labels(old), tree_labels(new)))
+    replaced by the label of ``new`` with the same signature (labels of one signature,
+    which the problem cannot tell apart, matched in sorted order)."""
+    def matched(tree: TermTree) -> list[Index]:
+        sig = signatures(tree, sizer, policy)
+        return sorted(sig, key=lambda ix: (sig[ix], ix))
+
+    rename = dict(zip(matched(old), matched(new)))
     return [Candidate(c.profile, tuple((n, tuple(Open(rename[o.label], o.kind) for o in opens),
                                         first) for n, opens, first in c.config), c.nloops)
             for c in cands]

@@ -3,7 +3,7 @@ computed once.
 
 The per-term DP's Pareto set does not depend on the budget; only the choice among its
 realizations does, and terms that pose the same DP problem up to their labels' names
-(``dp.problem_key``: the (T) energy's 232 products pose 93) share one solution. A
+(``dp.problem_key``: the (T) energy's 232 products pose 42) share one solution. A
 ``TermMenu`` keeps them in order of preference (fewest flops, then fewer loops, then lower
 model peak) and answers a budget with the first one whose peak fits, else the least-peak
 one if it fits. A realization's peak is the DP's model with its kernels' scratch counted
@@ -108,14 +108,15 @@ class TermMenu:
     def _pareto_set(self) -> list[Candidate]:
         """The DP's Pareto set of the whole tree, or another term's of the same problem
         (``problem_key``) renamed to this one's labels."""
-        key = problem_key(self.tree) if self._solved is not None else None
+        sizer, policy = self.dp.sizer, self.dp.policy
+        key = problem_key(self.tree, sizer, policy) if self._solved is not None else None
         if key is None:
             return self.dp.solve(self.tree.root)
         got = self._solved.get(key)
         if got is None:
             got = self._solved[key] = (self.tree, self.dp.solve(self.tree.root))
             return got[1]
-        return relabelled(got[1], got[0], self.tree)
+        return relabelled(got[1], got[0], self.tree, sizer, policy)
 
     def _config(self, k: int) -> dict:
         config = dict(self.default_config)

@@ -96,6 +96,45 @@ def test_terms_of_one_dp_problem_share_its_pareto_set():
     assert any(c.config for c in sets[0]) and repr(sets[0]) != repr(sets[1])
 
 
+@pytest.mark.parametrize("beta", [6, 5])
+def test_alike_terms_of_other_spaces_or_label_orders_share_one_pareto_set(beta):
+    """``R`` in alpha spaces (``i``/``a``), ``S`` the same in beta spaces (``I``/``A``) and
+    ``T`` with its summed labels named in the other order (and ``X`` read with its bra
+    swapped, so the forest cannot intern it with ``R``) share one DP problem when the
+    beta occupied extent equals the alpha one (6), and pose two when it does not (5).
+    Oracle: each term's own DP (``TermDP.solve``, nothing shared): the same Pareto values
+    (profile, loops), and every shared candidate, in the term's own labels, has the
+    profile the term's own ``profile_of`` gives its configuration. A tight policy, so loops
+    open (a candidate left in ``R``'s labels would not be a configuration of ``S``)."""
+    from sequant_eval.expr import parse
+    from sequant_eval.forest import build_forest
+    from sequant_eval.plan.dp import TermDP, walk_first
+    from sequant_eval.plan.planner import TermPlanner
+
+    text = ("R{a_1;i_1} = X{a_1,a_2;i_1,i_2} * Y{a_2,a_3;i_2,i_3} * V{a_3;i_3}\n"
+            "S{A_1;I_1} = G{A_1,A_2;I_1,I_2} * H{A_2,A_3;I_2,I_3} * U{A_3;I_3}\n"
+            "T{a_1;i_1} = X{a_3,a_1;i_1,i_3} * Y{a_3,a_2;i_3,i_2} * V{a_2;i_2}\n")
+    ext = {"i": 6, "a": 10, "I": beta, "A": 10}
+    forest = build_forest(tuple(parse(text)), ext)
+    policy = BatchPolicy.everything(1, ext)
+    planner = TermPlanner(forest, ext, policy)
+    assert len(forest.trees) == 3
+    for value in sorted(forest.trees):
+        tree = forest.trees[value]
+        shared = planner.menu(value)._pareto_set()
+        own_dp = TermDP(tree, planner.sizer, policy)
+        own = own_dp.solve(tree.root)
+        assert sorted((repr(c.profile), c.nloops) for c in shared) == \
+            sorted((repr(c.profile), c.nloops) for c in own), tree.where
+        default = {n: ((), walk_first(tree, n)) for n, node in enumerate(tree.nodes)
+                   if node.children}
+        for c in shared:
+            config = dict(default) | {n: (o, f) for n, o, f in c.config}
+            assert own_dp.profile_of(config) == c.profile, (tree.where, c.config)
+        assert any(c.config for c in shared)
+    assert len(planner.solved) == (1 if beta == 6 else 2)
+
+
 @pytest.mark.parametrize("text", ["ccsd_cs.txt", "ccsd_so.txt"])
 def test_options_skipped_on_their_bound_change_no_packaged_pareto_set(text):
     """The packaged CCSD texts at H2O/cc-pVDZ extents, every term: the DP's Pareto set is
