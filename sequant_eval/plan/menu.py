@@ -2,17 +2,17 @@
 computed once.
 
 The per-term DP's Pareto set does not depend on the budget; only the choice among its
-realizations does, and terms that pose the same DP problem up to a renaming of their
-labels and spaces (``dp.problem_key``: the (T) energy's 232 products pose 42) share one
-solution. A ``TermMenu`` keeps them in order of preference (fewest flops, then fewer
-loops, then lower model peak) and answers a budget with the first one whose peak fits,
-else the least-peak one if it fits. A realization's peak is the DP's model with its kernels' scratch counted
-(``TermDP.profile_of(..., scratch=True)``), or where the model may miss it the static
-sweep of the term alone (``peak_rule``); it is computed when a budget first needs it and
-reused by every later budget. Measuring every candidate with that sweep instead, as the
-planner did, made the same plans on 86 of 88 fits of the packaged texts (the other two:
-one or two more loops at the same peak) and took 1.3–1.6× as long on closed-shell CCSD at
-10 %, at the minimum and for a refusal.
+realizations does, and terms that pose the same DP problem up to a renaming of their labels
+and spaces (``dp.problem_key``: the (T) energy's 232 products pose 42) share one solution. A
+``TermMenu`` keeps them in order of preference (fewest flops, then fewer loops, then lower
+model peak) and answers a budget with the first one whose peak fits, else the least-peak one
+if it fits. A realization's peak is the DP's model with its kernels' scratch counted
+(``TermDP.profile_of(..., scratch=True)``), or where the model may miss it the static sweep
+of the term alone (``peak_rule``); it is computed when a budget first needs it and reused by
+every later budget. Measuring every candidate with that sweep instead, as the planner did,
+made the same plans on 86 of 88 fits of the packaged texts (the other two: one or two more
+loops at the same peak) and took 1.3–1.6× as long on closed-shell CCSD at 10 %, at the
+minimum and for a refusal.
 """
 from __future__ import annotations
 
