@@ -320,6 +320,22 @@ def test_the_capped_search_passes_by_a_cap_whose_fusions_need_retrying():
     assert got == fit.asked[-1]
 
 
+def test_a_near_miss_takes_the_first_cap_without_the_least_peak_schedule(monkeypatch):
+    """Hand-worked, budget 100 B and no background: cap 50 peaks at 50 + 40 + 10 = 100
+    (fits), the bisection's 100/2^0.5 = 70.7 at 70.7 + 40 + 10 = 120.7 (over), so the cap-50
+    plan is taken and the least-peak schedule is never made. With a 30 B background cap 50
+    is over (130): the usual path follows, which starts from the least-peak schedule (none
+    here, so nothing fits between the attempt and the minimum search)."""
+    made = []
+    monkeypatch.setattr(fitter, "_least", lambda fit: made.append(1))
+    fit = _Caps(background=0)
+    assert fitter._between(fit, BatchPolicy(budget=100), near=True) == {0: 50, 1: 50, 2: 50}
+    assert [round(b[0], 1) for b in fit.asked] == [50, 70.7] and not made
+    fit = _Caps(background=30)
+    assert fitter._between(fit, BatchPolicy(budget=100), near=True) is None and made == [1]
+    assert [b[0] for b in fit.asked] == [50]
+
+
 def test_greedy_analysis_is_the_analysis_or_none_where_fusions_need_retrying(monkeypatch):
     """``analyze_greedy`` gives what ``analyze_schedule`` gives (the same dump) where every
     fusion the rules allow can be sequenced, and None, without retrying the fusions one by
