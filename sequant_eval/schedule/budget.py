@@ -239,9 +239,9 @@ _FLOPS_SLACK = 0.01
 #: A failed attempt whose least swept peak was within this factor of the budget tries the
 #: first cap (half the budget) before the least-peak schedule is made: on the DF doubles
 #: at 25 % (1.01× the budget) that cap fits, with 30 loops against the least-peak
-#: schedule's 227, and the least-peak schedule (0.8 s of its 1.7 s) is not needed; where
-#: the minimum search follows (a refusal, a fit at the minimum) the attempts came no
-#: closer than 2× the budget on the packaged texts, and pay nothing more.
+#: schedule's 227, and the least-peak schedule (0.8 s of its 1.7 s) is not needed. Where
+#: the cap fails (on the packaged texts: CCSDT at 25 %, at and below its minimum) it costs
+#: one more sweep.
 _NEAR = 1.5
 
 
