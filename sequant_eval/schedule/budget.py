@@ -185,7 +185,7 @@ def _fitting(forest: Forest, extents, policy: BatchPolicy, sliced: bool = False)
 
 
 def _attempt(fit: _Fitting, policy: BatchPolicy,
-             progress=None) -> tuple[ScheduleAnalysis | None, int]:
+             progress=None) -> tuple[ScheduleAnalysis | None, float]:
     """Try to fit; returns (analysis or None, the best swept peak seen: inf where no plan
     was made)."""
     budget = policy.budget_bytes
@@ -236,7 +236,7 @@ _ROOM = 1.02
 _FLOPS_SLACK = 0.01
 
 
-#: A failed attempt whose least swept peak was within this factor of the budget tries the
+#: A failed attempt whose best swept peak was within this factor of the budget tries the
 #: first cap (half the budget) before the least-peak schedule is made: on the DF doubles
 #: at 25 % (1.01× the budget) that cap fits, with 30 loops against the least-peak
 #: schedule's 227, and the least-peak schedule (0.8 s of its 1.7 s) is not needed. Where
@@ -253,26 +253,29 @@ def _between(fit: _Fitting, policy: BatchPolicy, near: bool = False
     minimum search starts from, so a refusal pays nothing more. ``near``: the attempt
     came within ``_NEAR`` of the budget; a first cap that fits is then taken as it is
     (the least-peak schedule, which holds every term at its least, has more loops)."""
+    tried = 0
     if near:
         capped = _capped(fit, policy, halvings=1)
         if capped is not None:
             return capped
+        tried = 1
     least = _least(fit)
     if least is None or least.peak_bytes * _ROOM > policy.budget_bytes:
         return None                       # none fits, or too little room for a cap to win
-    capped = _capped(fit, policy)
+    capped = _capped(fit, policy, tried=tried)
     if capped is None or capped.flops > least.flops * (1 + _FLOPS_SLACK) \
             or len(capped.plan.loops) > len(least.plan.loops):
         return None
     return capped
 
 
-def _capped(fit: _Fitting, policy: BatchPolicy, halvings: int = _CAPS
+def _capped(fit: _Fitting, policy: BatchPolicy, halvings: int = _CAPS, tried: int = 0
             ) -> ScheduleAnalysis | None:
     """A schedule that fits with every term planned under one cap (a term that cannot meet
     the cap at its own least peak), or None: the cap is halved from the budget until one
-    fits (``_CAPS`` halvings at most), then bisected ``_BISECT`` times (geometrically)
-    between the last cap that failed and the first that fitted.
+    fits (``halvings`` at most), then bisected ``_BISECT`` times (geometrically) between
+    the last cap that failed and the first that fitted; ``tried``: the first halvings are
+    known to fail (``_between`` tried them), not planned again.
 
     An attempt re-plans only the term at the binding point, so it fails where what the
     other terms hold there exceeds the budget by itself; the minimum search's schedule
@@ -290,8 +293,8 @@ def _capped(fit: _Fitting, policy: BatchPolicy, halvings: int = _CAPS
         got = fit.greedy_verdict(plan)      # a cap whose fusions need retrying is passed by
         return fit.analyze(plan) if got is not None and got.peak <= budget else None
 
-    hi = 0                                  # log2(budget / cap) of the last cap that failed
-    for j in range(1, halvings + 1):
+    hi = tried                              # log2(budget / cap) of the last cap that failed
+    for j in range(tried + 1, halvings + 1):
         got = at(budget / 2 ** j)
         if got is not None:
             lo = j
