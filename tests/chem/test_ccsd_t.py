@@ -270,8 +270,10 @@ def test_symmetric_triples_in_small_blocks_are_exact_and_within_budget():
     assert traced <= 1.05 * small.report.total_bytes, (traced, small.report.total_bytes)
 
 
+@pytest.mark.slow
 def test_triples_at_five_percent_of_one_o3v3_array():
-    """H2O/cc-pVDZ under 5 % of one o³v³ array (343 KB; the issue's budget): blocks of
+    """H2O/cc-pVDZ under 5 % of one o³v³ array (343 KB; the issue's budget; ~27 s, so
+    slow: the 8 MB test above runs the same path in blocks of a few virtuals): blocks of
     one virtual, the kind's own program charged (no growth: it runs whole). E(T) is the
     unbudgeted one to 1e-12 relative, metered = predicted, arrays and program within the
     budget, and what a fresh evaluator's first evaluation allocates (tracemalloc; its

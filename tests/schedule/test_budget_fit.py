@@ -408,19 +408,20 @@ def test_the_fitter_pauses_the_collector_and_leaves_no_reference_cycles(refused)
     collector's own count of unreachable objects after a fit must be 0 (it was 78,183 on
     unrestricted CCSD at 10 % while recursive closures held the schedule's forms), and
     after the fitter forgets the forest (its menus once held their planner). A fit at
-    25 % of the unbatched peak, and a refusal at 90 % of the minimum (an attempt, then the
-    minimum search). Oracle: ``gc.collect()``'s count and ``gc.isenabled()`` seen from
-    inside the fit."""
+    half the unbatched peak, and a refusal at 1.2× the lower bound (the results whole;
+    the minimum is 1.9× it here), which runs every phase: an attempt, the least-peak
+    schedule, the capped search and the minimum search. Oracle: ``gc.collect()``'s count
+    and ``gc.isenabled()`` seen from inside the fit."""
     from sequant_eval.chem.equations import unrestricted_equations
 
     extents = {"i": 3, "a": 5, "I": 2, "A": 4}
-    top = fitter.fit_forest(build_forest(unrestricted_equations(), extents), extents,
-                            BatchPolicy()).peak_bytes
-    budget = 0.25 * top
-    if refused:
-        budget = 0.9 * fitter.minimum_budget(build_forest(unrestricted_equations(), extents),
-                                             extents, BatchPolicy.everything(None, extents))[0]
     forest = build_forest(unrestricted_equations(), extents)
+    floor = fitter.lower_bound(forest, extents, BatchPolicy.everything(None, extents))
+    if refused:
+        budget = 1.2 * floor
+    else:
+        budget = 0.5 * fitter.fit_forest(build_forest(unrestricted_equations(), extents),
+                                         extents, BatchPolicy()).peak_bytes
     inside = []
     real = fitter._attempt
 
@@ -443,7 +444,7 @@ def test_the_fitter_pauses_the_collector_and_leaves_no_reference_cycles(refused)
         gc.enable()
     assert inside and not any(inside)
     with pytest.raises(se.InfeasibleBudget):            # restored after a refusal
-        fitter.fit_forest(forest, extents, BatchPolicy.everything(0.02 * top, extents))
+        fitter.fit_forest(forest, extents, BatchPolicy.everything(0.5 * floor, extents))
     assert gc.isenabled()
     gc.disable()
     try:
