@@ -295,8 +295,6 @@ def test_lockstep_forks_near_equal_runs_and_optimizer_never_strands():
     assert cpu_only <= set(route) and is_topological(b.g, route)   # the CPU arm still runs
 
 
-@pytest.mark.xfail(strict=True, reason="prune keeps the merge's ordering edges to the dropped "
-                                       "arm, so the GPU arm is still routed (issue 11)")
 def test_a_pruned_gpu_arm_is_not_routed():
     """After ConvergenceOptimizer drops the GPU arms for a machine without a GPU, no GPU
     node is left on the route. Oracle: the devices placed on the graph."""

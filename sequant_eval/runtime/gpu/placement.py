@@ -330,6 +330,11 @@ class ConvergenceOptimizer:
                 arms.append(exit_)
             if not arms:                      # never strand the last viable placement
                 arms = [node.inputs[0]]
+            dropped = set(node.inputs) - set(arms)
+            waits = g.after.get(node.params[0])
+            if dropped and waits:             # the merge no longer waits for a dropped arm,
+                waits -= dropped              # which would pull it back into the route
+                g.memo.clear()
             if len(arms) == 1:
                 if arms[0] != node.inputs[0]:     # the merge reads the survivor directly
                     g.rewrite_input(node.params[0], node.inputs[0], arms[0])
