@@ -392,9 +392,21 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     if ordered is None and retry and kept:
         # some fusion forces a cycle between a block and what it needs, or a reader into
         # a later pass than a per-batch form it reads: fuse again, checking each fusion
-        rich = finish(_fuse_checked(forms, loops, lambda uf: _sequenced(finish(uf))[1],
-                                    _tied(plan), alone, (fused, kept, named)))
-        ordered = _ordered(rich)
+        passed: list = [None]           # the latest state found sequencable, as sequenced
+
+        def blame(uf: UnionFind):
+            got = finish(uf)
+            done, named = _sequenced(got)
+            if done is not None:
+                passed[0] = (uf, got, done)
+            return named
+
+        uf = _fuse_checked(forms, loops, blame, _tied(plan), alone, (fused, kept, named))
+        if passed[0] is not None and passed[0][0] is uf:    # its last check sequenced it
+            rich, ordered = passed[0][1:]
+        else:
+            rich = finish(uf)
+            ordered = _ordered(rich)
         if ordered is None:
             rich = finish(_tied(plan))
             ordered = _ordered(rich)
