@@ -16,7 +16,7 @@ from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop
 from ..plan.planner import BatchPlan
-from .forms import Form, FormKind, build_forms, drop_unread, reachable
+from .forms import Form, FormKind, build_forms, drop_unread, form_bytes, reachable
 from .fusable import Checker, UnionFind, pairs_of, try_fuse
 from .ordered import build_ordered_schedule
 from .rich import RichSchedule, readers_and_order
@@ -379,9 +379,10 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     schedule is None at once (no fusion retried one by one, which can cost seconds)."""
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
+    size = form_bytes(forest, plan)
 
     def finish(uf: UnionFind) -> RichSchedule:
-        return _finish(forest, forms, terms, loops, uf)
+        return _finish(forest, forms, terms, loops, uf, size)
 
     alone = frozenset(forest.values[s.value].entries[k].value for s in plan.sliced
                       for k in range(len(s.loops)))
@@ -413,13 +414,14 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     return rich, ordered
 
 
-def _finish(forest: Forest, forms: list[Form], terms, loops, uf: UnionFind) -> RichSchedule:
+def _finish(forest: Forest, forms: list[Form], terms, loops, uf: UnionFind,
+            size=None) -> RichSchedule:
     canon, cforms = _canonical(forms, uf)
     alive = {uf.find(l.id) for l in loops}
     return _with_points(forest, cforms, {l: loops[l] for l in sorted(alive)},
                         {l.id: uf.find(l.id) for l in loops},
                         {v: canon[t.results[forest.trees[v].root]] for v, t in terms.items()},
-                        canon)
+                        canon, size)
 
 
 def _rank_needed(fid: int, forms: list[Form], rank: list[int],
@@ -451,7 +453,7 @@ def _rank_needed(fid: int, forms: list[Form], rank: list[int],
 
 def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
                  fused: dict[int, int], term_results: dict[int, int],
-                 canon: list[int]) -> RichSchedule:
+                 canon: list[int], size=None) -> RichSchedule:
     rank = [-1] * len(forms)
     acc_rank: dict[tuple[int, int], int] = {}
     counter = 0
@@ -460,4 +462,4 @@ def _with_points(forest: Forest, forms: list[Form], loops: dict[int, Loop],
         counter = _rank_needed(sums[root.value], forms, rank, acc_rank, counter)
     readers, order = readers_and_order(forms)
     return RichSchedule(tuple(forms), loops, tuple(rank), acc_rank, readers, order, fused,
-                        term_results, counter)
+                        term_results, counter, size)

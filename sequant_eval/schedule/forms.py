@@ -15,8 +15,9 @@ from ..forest.values import Forest, ValueKind
 from ..plan.dp import prefix_for
 from ..plan.loops import LoopKind
 from ..plan.planner import BatchPlan
+from ..plan.regime import Regime, footprint_bytes
 
-__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread"]
+__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread", "FormBytes", "form_bytes"]
 
 
 class FormKind(enum.Enum):
@@ -239,6 +240,38 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
         b.terms[tp.value] = _TermWalk(b, tp).forms()
     roots = [b.sum_form(root.value) for root in forest.roots]
     return _prune(b.forms, b.terms, roots)
+
+
+class FormBytes:
+    """A form's bytes under a plan (its value's shape, each sliced mode at its loop's
+    block), remembered per value and slicing: what the sequencer weighs a block's orders
+    by (``ordered.py``). Fused loops share their block, so a canonical loop id reads the
+    same block as the planned ones it stands for. A class, not a closure: a remembered
+    fit is pickled with its schedule (``memo.py``)."""
+
+    def __init__(self, forest: Forest, plan: BatchPlan) -> None:
+        extents = plan.extents
+        self.regime = extents if isinstance(extents, Regime) else Regime.from_extents(extents)
+        self.values = forest.values
+        self.blocks = {l.id: l.block for l in plan.loops}
+        self.itemsize = plan.policy.itemsize
+        self.memo: dict[tuple, int] = {}
+
+    def __call__(self, form: Form) -> int:
+        key = (form.value, form.sliced)
+        got = self.memo.get(key)
+        if got is None:
+            value = self.values[form.value]
+            shape = list(self.regime.mode_sizes(value.spaces, value.groups))
+            for pos, lid in form.sliced:
+                shape[pos] = min(self.blocks[lid], shape[pos])
+            got = self.memo[key] = footprint_bytes(shape, self.itemsize)
+        return got
+
+
+def form_bytes(forest: Forest, plan: BatchPlan) -> FormBytes:
+    """``FormBytes`` of ``forest`` under ``plan``."""
+    return FormBytes(forest, plan)
 
 
 def _prune(forms: list[Form], terms: dict[int, TermForms],

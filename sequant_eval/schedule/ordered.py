@@ -11,8 +11,12 @@ they produce and need, laid out from the end: each item as late as its readers a
 latest static point first among the candidates (so nothing finished waits through
 unrelated work, however the equations were written). An output is an item of that sort
 too: a batch's slice escapes as soon as it is complete, not at the end of the body, so the
-partials of many fused terms are never held at once. ``walk_blocks`` is the one walk over
-the resulting tree that every later pass shares.
+partials of many fused terms are never held at once. Inside a loop, where fused terms share
+forms (a slice of one input read by several terms), the static points can put two readers
+of one slice far apart; there a second sort weighs each candidate by the bytes it leaves
+live (``RichSchedule.size``), and the block takes whichever of the two orders holds fewer
+of its own bytes at once. ``walk_blocks`` is the one walk over the resulting tree that
+every later pass shares.
 """
 from __future__ import annotations
 
@@ -260,21 +264,18 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     for k, ds in enumerate(deps):
         for d in ds:
             users[d].add(k)
-    # placed from the end: an item goes as late as its readers allow (latest rank first
-    # among those whose readers are all placed), so a finished value is not held while
-    # unrelated work runs before its reader
-    left = [len(users[k]) for k in range(len(items))]
-    ready = [(-ranks[k], -k) for k in range(len(items)) if not left[k]]
-    heapq.heapify(ready)
-    backwards = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        k = -k
-        backwards.append(k)
-        for d in sorted(deps[k]):
-            left[d] -= 1
-            if not left[d]:
-                heapq.heappush(ready, (-ranks[d], -d))
+    backwards = _by_rank(ranks, deps, users)
+    if rich.size is not None and n.path and len(items) > 2:
+        # inside a loop: forms shared by several fused terms are read where each term's
+        # rank puts it, possibly far apart; ordered by memory instead, where that holds
+        # less at once
+        read = set().union(*needs)
+        held = {t: rich.size(rich.forms[t[1]]) for t in owner
+                if t[0] == "form" and t in read}
+        lean = _by_memory(ranks, deps, users, produces, needs, held)
+        if _held_peak(lean, produces, needs, held) < \
+                _held_peak(backwards, produces, needs, held):
+            backwards = lean
     order = [items[k] for k in reversed(backwards)]
     placed = set(backwards)
     waiting = [0 if k in placed else 1 for k in range(len(items))]
@@ -297,6 +298,66 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     loop = rich.loops[loop_id]
     return ScopeBlock(loop_id, loop.space, loop.kind, len(n.path), pass_, steps, outputs,
                       tuple(escapes))
+
+
+def _by_rank(ranks: list[int], deps: list[set], users) -> list[int]:
+    """A block's items placed from the end (the order reversed): each as late as its
+    readers allow, the latest rank first among those whose readers are all placed, so a
+    finished value is not held while unrelated work runs before its reader."""
+    left = [len(users[k]) for k in range(len(ranks))]
+    ready = [(-ranks[k], -k) for k in range(len(ranks)) if not left[k]]
+    heapq.heapify(ready)
+    backwards = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        k = -k
+        backwards.append(k)
+        for d in sorted(deps[k]):
+            left[d] -= 1
+            if not left[d]:
+                heapq.heappush(ready, (-ranks[d], -d))
+    return backwards
+
+
+def _by_memory(ranks: list[int], deps: list[set], users, produces: list[set],
+               needs: list[set], held: dict) -> list[int]:
+    """Like ``_by_rank``, but the item placed next (from the end) is the one that leaves
+    the fewest bytes of ``held`` (what the block makes and reads itself) live before it:
+    what it reads and is not yet live, less what it makes that a later item reads
+    (ties: latest rank)."""
+    left = [len(users[k]) for k in range(len(ranks))]
+    ready = {k for k in range(len(ranks)) if not left[k]}
+    live: set = set()
+    backwards = []
+    while ready:
+        def cost(k: int) -> tuple:
+            grow = sum(held.get(t, 0) for t in needs[k] if t not in live)
+            free = sum(held.get(t, 0) for t in produces[k] if t in live)
+            return grow - free, -ranks[k], -k
+        k = min(ready, key=cost)
+        ready.discard(k)
+        backwards.append(k)
+        live -= produces[k]
+        live |= {t for t in needs[k] if t in held}
+        for d in deps[k]:
+            left[d] -= 1
+            if not left[d]:
+                ready.add(d)
+    return backwards
+
+
+def _held_peak(backwards: list[int], produces: list[set], needs: list[set],
+               held: dict) -> int:
+    """The most bytes of ``held`` live at once when the items run in this order (placed
+    from the end): each made by its item and live to its last reader in the block."""
+    order = backwards[::-1]
+    last = {t: i for i, k in enumerate(order) for t in needs[k]}
+    live = peak = 0
+    for i, k in enumerate(order):
+        live += sum(held.get(t, 0) for t in produces[k])
+        peak = max(peak, live)
+        live -= sum(held.get(t, 0) for t in needs[k] if last.get(t) == i)
+    return peak
 
 
 def _summary(item, rich: RichSchedule) -> tuple[set, set, int]:

@@ -4,6 +4,7 @@ loop fusion (``boulevard``) and the sequencer (``ordered``), which both import i
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..plan.loops import Loop
@@ -19,7 +20,8 @@ class RichSchedule:
     ``rank`` is each form's static point of completion (a sum's: its first entry's),
     ``accumulate_rank`` each sum entry's; ``readers`` who reads a form (reader, leg);
     ``loop_order`` the (outer, inner) loop pairs of every nest; ``fused`` maps planned
-    loop ids to the surviving ones."""
+    loop ids to the surviving ones; ``size`` gives a form's bytes, which the sequencer
+    weighs the order inside a loop block by."""
 
     forms: tuple[Form, ...]                        # canonical forms, children before parents
     loops: dict[int, Loop]                         # surviving loop ids → loop
@@ -30,6 +32,8 @@ class RichSchedule:
     fused: dict[int, int] = field(default_factory=dict)    # planned loop id → surviving id
     term_results: dict[int, int] = field(default_factory=dict)  # term value → result form
     num_points: int = 0
+    #: a form's bytes (``forms.form_bytes``); None (hand-made fixtures): blocks in rank order
+    size: Callable[[Form], int] | None = field(default=None, compare=False, repr=False)
 
     def dump(self) -> str:
         """Stable text: the loops, then every form with its rank (first use)."""

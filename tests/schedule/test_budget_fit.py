@@ -223,21 +223,22 @@ def test_a_round_that_finds_no_lower_peak_replans_every_term_above_its_target():
 
 
 def test_a_budget_above_the_minimum_is_met_with_a_cap_not_with_the_minimums_schedule():
-    """Spin-orbital CCSD at H2O/cc-pVDZ extents, 10 % of the unbatched peak: the direct
+    """Spin-orbital CCSD at H2O/cc-pVDZ extents, 9 % of the unbatched peak: the direct
     attempt fails (what the other terms hold at the binding point exceeds the budget), and
     the least-peak schedule, the minimum's (177 loops), fits. The fit is the capped
     schedule: within the budget, at most half the minimum's loops, no more flops (measured
-    69 loops, 0.99x the flops). Oracle: the minimum search's own schedule."""
+    69 loops, 0.99x the flops; at 10 %, with loop blocks ordered by memory, the direct
+    attempt fits). Oracle: the minimum search's own schedule."""
     from sequant_eval.expr import parse
     from sequant_eval.forest import build_forest
 
     forest = build_forest(parse(ccsd_text()), WATER)
     top = fitter.fit_forest(forest, WATER, BatchPolicy()).peak_bytes
-    policy = BatchPolicy.everything(0.1 * top, WATER)
+    policy = BatchPolicy.everything(0.09 * top, WATER)
     assert _attempt(fitter._fitting(forest, WATER, policy), policy)[0] is None
     got = fitter.fit_forest(forest, WATER, policy)
     need, least = fitter.minimum_budget(forest, WATER, BatchPolicy.everything(None, WATER))
-    assert need <= got.peak_bytes <= 0.1 * top
+    assert need <= got.peak_bytes <= 0.09 * top
     assert 2 * len(got.plan.loops) <= len(least.plan.loops)
     assert got.flops <= least.flops
 

@@ -217,3 +217,40 @@ def test_ex8_each_batch_escapes_before_the_next_terms_partial_is_built():
     held = peak_profile_replay(late_sched, a.forest, a.shapes, scratch=a.scratch).peak_bytes
     assert early == a.peak_bytes
     assert held - early == 4 ** 4 * 8
+
+
+def test_ex9_a_slice_two_fused_terms_share_is_not_held_through_a_third(monkeypatch):
+    """Hand-worked: three terms contracted over x (block 4), fused into one {x} block:
+    A = g·p, B = h·p, C = g·r, every slice i·a·x = 4·6·4·8 = 768 B, every partial
+    i·i = 128 B. In rank order (A, B, C) the g slice waits through B for C: g, p, h and
+    B's partial live at once, 3·768 + 128 = 2432 B. Ordered by memory the block runs
+    p, h, B, g, A, r, C and then the three escapes: at most two slices and three partials,
+    2·768 + 3·128 = 1920 B. The rest of the schedule is the same, so the whole peak is
+    512 B lower; the replay oracle agrees with the static sweep for both orders (the
+    rank order is what the sequencer gives a schedule without form sizes)."""
+    from sequant_eval.schedule import boulevard
+    from sequant_eval.schedule.ordered import BuildStep
+
+    ext = {"i": 4, "a": 6, "x": 12}
+    text = ("R{i_1;i_2} = g{i_1;a_1;x_1} * p{a_1;i_2;x_1} + h{i_1;a_1;x_1} * p{a_1;i_2;x_1}"
+            " + g{i_1;a_1;x_1} * r{a_1;i_2;x_1}")
+
+    def analysis():
+        return stamped(text, ext, BatchPolicy(block={"x": 4}),
+                       {k: [("x_1", "C")] for k in range(3)})
+
+    def tensors(a):
+        (blk,) = blocks(a)
+        values = a.forest.values
+        return [values[a.rich.forms[s.form].value].tensor or "·"
+                for s in blk.body() if isinstance(s, BuildStep)]
+
+    lean = analysis()
+    assert tensors(lean) == ["p", "h", "·", "g", "·", "r", "·"]
+    monkeypatch.setattr(boulevard, "form_bytes", lambda forest, plan: None)
+    by_rank = analysis()
+    assert tensors(by_rank) == ["g", "p", "·", "h", "·", "r", "·"]
+    for a in (lean, by_rank):
+        assert peak_profile_replay(a.ordered, a.forest, a.shapes,
+                                   scratch=a.scratch).peak_bytes == a.peak_bytes
+    assert by_rank.peak_bytes - lean.peak_bytes == 2432 - 1920
