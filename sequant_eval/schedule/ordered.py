@@ -14,8 +14,8 @@ too: a batch's slice escapes as soon as it is complete, not at the end of the bo
 partials of many fused terms are never held at once. Inside a loop, where fused terms share
 forms (a slice of one input read by several terms), the static points can put two readers
 of one slice far apart; there a second sort weighs each candidate by the bytes it leaves
-live (``RichSchedule.size``), and the block takes whichever of the two orders holds fewer
-of its own bytes at once. ``walk_blocks`` is the one walk over the resulting tree that
+live (``RichSchedule.size``; an output goes with the item that makes its batch), and the
+block takes whichever of the two orders holds fewer of its own bytes at once. ``walk_blocks`` is the one walk over the resulting tree that
 every later pass shares.
 """
 from __future__ import annotations
@@ -272,7 +272,13 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
         read = set().union(*needs)
         held = {t: rich.size(rich.forms[t[1]]) for t in owner
                 if t[0] == "form" and t in read}
-        lean = _by_memory(ranks, deps, users, produces, needs, held)
+        maker = {}                  # an output → the item making its batch, if only it reads it
+        for k, it in enumerate(items):
+            if isinstance(it, Output):
+                j = owner.get(("form", rich.forms[it.form].source))
+                if j is not None and users[j] == {k}:
+                    maker[k] = j
+        lean = _by_memory(ranks, deps, users, produces, needs, held, maker)
         if _held_peak(lean, produces, needs, held) < \
                 _held_peak(backwards, produces, needs, held):
             backwards = lean
@@ -320,29 +326,42 @@ def _by_rank(ranks: list[int], deps: list[set], users) -> list[int]:
 
 
 def _by_memory(ranks: list[int], deps: list[set], users, produces: list[set],
-               needs: list[set], held: dict) -> list[int]:
+               needs: list[set], held: dict, maker: dict[int, int]) -> list[int]:
     """Like ``_by_rank``, but the item placed next (from the end) is the one that leaves
     the fewest bytes of ``held`` (what the block makes and reads itself) live before it:
     what it reads and is not yet live, less what it makes that a later item reads
-    (ties: latest rank)."""
+    (ties: latest rank). An output goes with the item that makes its batch (``maker``):
+    placed together, the batch is live only between them, so an output is not left to the
+    end of the block with every partial held until then."""
     left = [len(users[k]) for k in range(len(ranks))]
     ready = {k for k in range(len(ranks)) if not left[k]}
     live: set = set()
     backwards = []
-    while ready:
-        def cost(k: int) -> tuple:
-            grow = sum(held.get(t, 0) for t in needs[k] if t not in live)
-            free = sum(held.get(t, 0) for t in produces[k] if t in live)
-            return grow - free, -ranks[k], -k
-        k = min(ready, key=cost)
+
+    def after(k: int, before: set) -> set:
+        return (before - produces[k]) | {t for t in needs[k] if t in held}
+
+    def cost(k: int) -> tuple:
+        new = after(k, live)
+        if k in maker:
+            new = after(maker[k], new)
+        return sum(held[t] for t in new) - sum(held[t] for t in live), -ranks[k], -k
+
+    def place(k: int) -> None:
+        nonlocal live
         ready.discard(k)
         backwards.append(k)
-        live -= produces[k]
-        live |= {t for t in needs[k] if t in held}
+        live = after(k, live)
         for d in deps[k]:
             left[d] -= 1
             if not left[d]:
                 ready.add(d)
+
+    while ready:
+        k = min(ready, key=cost)
+        place(k)
+        if k in maker:
+            place(maker[k])        # ready: the output was its only reader
     return backwards
 
 

@@ -175,3 +175,55 @@ def test_fused_terms_reading_one_whole_block_fetch_it_once(terms, i, more, x, bl
     finally:
         boulevard._SharedFetches.reads = original
     assert 0 <= copies.peak_bytes - got.peak_bytes <= (terms - 1) * i * a * 8
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(1, 4), st.integers(2, 4), st.integers(2, 5), st.integers(4, 12),
+       st.integers(1, 4), st.integers(0, 2**31))
+def test_fused_terms_sharing_a_slice_are_ordered_by_memory(middle, i, a, x, block, seed):
+    """``g·p + h_1·p + ... + h_m·p + g·r`` (``middle`` = m terms between the two readers of
+    g), each term stamped Contracted on ``x`` at its root: one fused ``{x}`` block in which
+    the rank order holds the g slice through the middle terms (g, p, the first h slice and
+    a partial live at once). Every example exercises the memory order: the block's order
+    differs from the rank order's (asserted), and the peak is exactly one slice
+    (i·a·block·8 B) lower (g's readers run last, after p's). Oracles: ``np.einsum`` for
+    the values (the schedule lowered and run), the replay for the peak, and the same
+    schedule sequenced without form sizes (the rank order)."""
+    ext = {"i": i, "a": a, "x": x}
+    terms = (["g{i_1;a_1;x_1} * p{a_1;i_2;x_1}"]
+             + [f"h{j}{{i_1;a_1;x_1}} * p{{a_1;i_2;x_1}}" for j in range(middle)]
+             + ["g{i_1;a_1;x_1} * r{a_1;i_2;x_1}"])
+    forest = build_forest(se.parse("R{i_1;i_2} = " + " + ".join(terms)), ext)
+    policy = BatchPolicy(block={"x": block})
+
+    def analysis():
+        stamps = {}
+        for v, tree in forest.trees.items():
+            labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
+            stamps[v] = {tree.root: ((Open(labels["x_1"], LoopKind.CONTRACTED),), 0)}
+        return analyze_schedule(forest, stamp_plan(forest, ext, policy, stamps))
+
+    lean = analysis()
+    original = boulevard.form_bytes
+    boulevard.form_bytes = lambda forest, plan: None
+    try:
+        by_rank = analysis()
+    finally:
+        boulevard.form_bytes = original
+    assert len(lean.rich.loops) == 1 and lean.ordered.root != by_rank.ordered.root
+    for got in (lean, by_rank):
+        assert got.peak_bytes == peak_profile_replay(got.ordered, forest, got.shapes,
+                                                     scratch=got.scratch).peak_bytes
+    assert by_rank.peak_bytes - lean.peak_bytes == i * a * min(block, x) * 8   # one slice
+
+    rng = np.random.default_rng(seed)
+    arrays = {name: rng.standard_normal((i, a, x)) for name in
+              ["g"] + [f"h{j}" for j in range(middle)]}
+    arrays |= {name: rng.standard_normal((a, i, x)) for name in ("p", "r")}
+    low = lower_schedule(lean)
+    out, _ = run_graph(low.graph, low.root_nodes(), forest, {Device.CPU: get_backend("numpy")},
+                       TensorSource(forest, arrays, ext), None, None, low.form_of)
+    want = np.einsum("iax,ajx->ij", arrays["g"], arrays["p"] + arrays["r"]) + sum(
+        np.einsum("iax,ajx->ij", arrays[f"h{j}"], arrays["p"]) for j in range(middle))
+    result = np.asarray(out[low.roots["R"]])
+    assert np.abs(result - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
