@@ -235,14 +235,24 @@ def _step_rank(rich: RichSchedule, s: BuildStep) -> int:
     return rich.rank[s.form]
 
 
+def _complete(rich: RichSchedule, f: int) -> list[tuple]:
+    """What reading form ``f`` whole needs: the form (made by its first entry, for a sum)
+    and, for a sum of several entries, its last entry: a reader must not run between
+    them, whatever order a block's items are given in."""
+    form = rich.forms[f]
+    if form.kind is FormKind.SUM and len(form.operands) > 1:
+        return [("form", f), ("entry", f, len(form.operands) - 1)]
+    return [("form", f)]
+
+
 def _reads(rich: RichSchedule, s: BuildStep) -> list[tuple]:
     form = rich.forms[s.form]
     if s.entry >= 0:
-        need = [("form", form.operands[s.entry])]
+        need = _complete(rich, form.operands[s.entry])
         if s.entry > 0:
             need.append(("entry", s.form, s.entry - 1))
         return need
-    return [("form", o) for o in form.operands]
+    return [tok for o in form.operands for tok in _complete(rich, o)]
 
 
 def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
@@ -265,10 +275,10 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
         for d in ds:
             users[d].add(k)
     backwards = _by_rank(ranks, deps, users)
-    if rich.size is not None and n.path and len(items) > 2:
+    if rich.size is not None and n.path and any(len(u) > 1 for u in users.values()):
         # inside a loop: forms shared by several fused terms are read where each term's
         # rank puts it, possibly far apart; ordered by memory instead, where that holds
-        # less at once
+        # less at once (where no form has two readers, the rank order is kept)
         read = set().union(*needs)
         held = {t: rich.size(rich.forms[t[1]]) for t in owner
                 if t[0] == "form" and t in read}
@@ -382,7 +392,7 @@ def _held_peak(backwards: list[int], produces: list[set], needs: list[set],
 def _summary(item, rich: RichSchedule) -> tuple[set, set, int]:
     """What an item produces, what it needs, and its rank (first use)."""
     if isinstance(item, Output):
-        return ({("form", item.form)}, {("form", rich.forms[item.form].source)},
+        return ({("form", item.form)}, set(_complete(rich, rich.forms[item.form].source)),
                 rich.rank[item.form])
     if isinstance(item, BuildStep):
         prod = {("entry", item.form, item.entry)} if item.entry >= 0 else {("form", item.form)}
@@ -397,7 +407,7 @@ def _summary(item, rich: RichSchedule) -> tuple[set, set, int]:
         rank = r if rank is None else min(rank, r)
     for o in item.outputs:
         prod.add(("form", o.form))
-        need.add(("form", rich.forms[o.form].source))
+        need.update(_complete(rich, rich.forms[o.form].source))
         rank = rich.rank[o.form] if rank is None else min(rank, rich.rank[o.form])
     return prod, need - prod, rank if rank is not None else 0
 
@@ -486,3 +496,6 @@ def _check_output(o: Output, path: Path, rich: RichSchedule, done: set) -> None:
     if ("form", form.source) not in done:
         raise ScheduleError(f"output f{o.form} of block {path}: its batches f{form.source}"
                             f" are never built inside the block before it escapes")
+    if any(tok not in done for tok in _complete(rich, form.source)):
+        raise ScheduleError(f"output f{o.form} of block {path} escapes before the last "
+                            f"entry of its batches' sum f{form.source} is added")

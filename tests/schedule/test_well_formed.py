@@ -139,3 +139,72 @@ def test_broken_escape_chain(valid):
     forms = tuple(skip if f.id == top else f for f in rich.forms)
     with pytest.raises(ScheduleError, match="escape chain"):
         well_formed(replace(valid, rich=replace(rich, forms=forms)))
+
+
+def _swap(block: ScopeBlock, old: ScopeBlock, new: ScopeBlock) -> ScopeBlock:
+    """``block`` with ``old`` (somewhere below it) replaced by ``new``."""
+    if block is old:
+        return new
+    return replace(block, steps=tuple(_swap(s, old, new) if isinstance(s, ScopeBlock) else s
+                                      for s in block.steps))
+
+
+def test_a_sliced_sum_escapes_only_after_its_last_entry(monkeypatch):
+    """A sliced inner sum of three entries (the antisymmetrized doubles at 30 % of the
+    unbatched peak) read by its block's output. Reading it needs every entry, not only
+    the first (which allocates it): sized so that the memory-weighed order would gain by
+    escaping the sum right after its first entry (its entries' operands one byte smaller,
+    as a composite size's rounding could make them), the sequencer still escapes it after
+    the last, and the values are the unbatched ones (the schedule lowered and run);
+    ``well_formed`` rejects the same schedule with the escape moved after the first entry.
+    (Found by review: the order only ranks had kept right.)"""
+    import numpy as np
+
+    import sequant_eval as se
+    from sequant_eval.runtime import TensorSource
+    from sequant_eval.runtime.backends import get_backend
+    from sequant_eval.runtime.engine import run_graph
+    from sequant_eval.runtime.graph import Device
+    from sequant_eval.runtime.lower import lower_schedule
+    from sequant_eval.schedule import FormKind, analyze_schedule, boulevard
+    from sequant_eval.schedule.forms import FormBytes
+    from tests.chem.ccsdt_oracles import random_inputs
+    from tests.schedule.test_budget_fit import ANTISYM
+
+    ext = {"i": 4, "a": 7}
+    top = se.analyze(ANTISYM, ext).peak_bytes
+    ev = se.Evaluator(ANTISYM, ext, policy=BatchPolicy.everything(0.3 * top, ext, program=False))
+    planned = ev._compiled().analysis
+    forest, plan = planned.forest, planned.plan
+    (total,) = [f for f in planned.rich.forms if f.kind is FormKind.SUM and f.scope]
+    assert len(total.operands) == 3
+    addends = {(planned.rich.forms[o].value, planned.rich.forms[o].sliced)
+               for o in total.operands}
+
+    class Skewed(FormBytes):
+        def __call__(self, form):
+            return super().__call__(form) - ((form.value, form.sliced) in addends)
+
+    monkeypatch.setattr(boulevard, "form_bytes", Skewed)
+    a = analyze_schedule(forest, plan)
+    (home,) = [b for b in a.ordered.root.blocks() if any(
+        isinstance(s, BuildStep) and s.form == total.id for s in b.steps)]
+    body = list(home.body())
+    entries = [k for k, s in enumerate(body) if isinstance(s, BuildStep) and s.form == total.id]
+    (escape,) = [k for k, s in enumerate(body) if isinstance(s, Output)
+                 and a.rich.forms[s.form].source == total.id]
+    assert len(entries) == 3 and escape > entries[-1]
+
+    arrays = random_inputs(ext["i"], ext["a"], seed=3, hermitian=True)
+    arrays = {k: arrays[k] for k in ("f", "g", "t2")}
+    want = np.asarray(se.evaluate(ANTISYM, arrays, ext)["R2"])
+    low = lower_schedule(a)
+    out, _ = run_graph(low.graph, low.root_nodes(), forest, {Device.CPU: get_backend("numpy")},
+                       TensorSource(forest, arrays, ext), None, None, low.form_of)
+    got = np.asarray(out[low.roots["R2"]])
+    assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+
+    first = sum(not isinstance(s, Output) for s in body[: entries[0] + 1])   # steps before
+    early = replace(home, escapes=(first,))
+    with pytest.raises(ScheduleError, match="before the last entry"):
+        well_formed(replace(a.ordered, root=_swap(a.ordered.root, home, early)))
