@@ -16,7 +16,7 @@ from ..errors import ScheduleError
 from ..forest.values import Forest
 from ..plan.loops import Loop
 from ..plan.planner import BatchPlan
-from .forms import Form, FormKind, build_forms, drop_unread, form_bytes, reachable
+from .forms import Form, FormBytes, FormKind, build_forms, drop_unread, reachable
 from .fusable import Checker, UnionFind, pairs_of, try_fuse
 from .ordered import build_ordered_schedule
 from .rich import RichSchedule, readers_and_order
@@ -379,7 +379,7 @@ def boulevard_and_order(forest: Forest, plan: BatchPlan, retry: bool = True):
     schedule is None at once (no fusion retried one by one, which can cost seconds)."""
     forms, terms = build_forms(forest, plan)
     loops = plan.loops
-    size = form_bytes(forest, plan)
+    size = FormBytes(forest, plan)
 
     def finish(uf: UnionFind) -> RichSchedule:
         return _finish(forest, forms, terms, loops, uf, size)

@@ -17,7 +17,7 @@ from ..plan.loops import LoopKind
 from ..plan.planner import BatchPlan
 from ..plan.regime import Regime, footprint_bytes
 
-__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread", "FormBytes", "form_bytes"]
+__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread", "FormBytes"]
 
 
 class FormKind(enum.Enum):
@@ -267,11 +267,6 @@ class FormBytes:
                 shape[pos] = min(self.blocks[lid], shape[pos])
             got = self.memo[key] = footprint_bytes(shape, self.itemsize)
         return got
-
-
-def form_bytes(forest: Forest, plan: BatchPlan) -> FormBytes:
-    """``FormBytes`` of ``forest`` under ``plan``."""
-    return FormBytes(forest, plan)
 
 
 def _prune(forms: list[Form], terms: dict[int, TermForms],

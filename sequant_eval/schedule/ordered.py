@@ -14,9 +14,10 @@ too: a batch's slice escapes as soon as it is complete, not at the end of the bo
 partials of many fused terms are never held at once. Inside a loop, where fused terms share
 forms (a slice of one input read by several terms), the static points can put two readers
 of one slice far apart; there a second sort weighs each candidate by the bytes it leaves
-live (``RichSchedule.size``; an output goes with the item that makes its batch), and the
-block takes whichever of the two orders holds fewer of its own bytes at once. ``walk_blocks`` is the one walk over the resulting tree that
-every later pass shares.
+live (``RichSchedule.size``; an output goes with the item that makes its batch, where
+nothing else reads that batch), and the block takes whichever of the two orders holds
+fewer of its own bytes at once. ``walk_blocks`` is the one walk over the resulting tree
+that every later pass shares.
 """
 from __future__ import annotations
 

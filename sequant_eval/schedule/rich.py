@@ -32,7 +32,7 @@ class RichSchedule:
     fused: dict[int, int] = field(default_factory=dict)    # planned loop id → surviving id
     term_results: dict[int, int] = field(default_factory=dict)  # term value → result form
     num_points: int = 0
-    #: a form's bytes (``forms.form_bytes``); None (hand-made fixtures): blocks in rank order
+    #: a form's bytes (``forms.FormBytes``); None (hand-made fixtures): blocks in rank order
     size: Callable[[Form], int] | None = field(default=None, compare=False, repr=False)
 
     def dump(self) -> str:

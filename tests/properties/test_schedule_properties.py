@@ -204,12 +204,12 @@ def test_fused_terms_sharing_a_slice_are_ordered_by_memory(middle, i, a, x, bloc
         return analyze_schedule(forest, stamp_plan(forest, ext, policy, stamps))
 
     lean = analysis()
-    original = boulevard.form_bytes
-    boulevard.form_bytes = lambda forest, plan: None
+    original = boulevard.FormBytes
+    boulevard.FormBytes = lambda forest, plan: None
     try:
         by_rank = analysis()
     finally:
-        boulevard.form_bytes = original
+        boulevard.FormBytes = original
     assert len(lean.rich.loops) == 1 and lean.ordered.root != by_rank.ordered.root
     for got in (lean, by_rank):
         assert got.peak_bytes == peak_profile_replay(got.ordered, forest, got.shapes,

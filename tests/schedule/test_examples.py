@@ -248,7 +248,7 @@ def test_ex9_a_slice_two_fused_terms_share_is_not_held_through_a_third(monkeypat
 
     lean = analysis()
     assert body(lean) == ["p", "h", "·", "out", "g", "·", "out", "r", "·", "out"]
-    monkeypatch.setattr(boulevard, "form_bytes", lambda forest, plan: None)
+    monkeypatch.setattr(boulevard, "FormBytes", lambda forest, plan: None)
     by_rank = analysis()
     assert body(by_rank) == ["g", "p", "·", "out", "h", "·", "out", "r", "·", "out"]
     for a in (lean, by_rank):

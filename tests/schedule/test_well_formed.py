@@ -185,7 +185,7 @@ def test_a_sliced_sum_escapes_only_after_its_last_entry(monkeypatch):
         def __call__(self, form):
             return super().__call__(form) - ((form.value, form.sliced) in addends)
 
-    monkeypatch.setattr(boulevard, "form_bytes", Skewed)
+    monkeypatch.setattr(boulevard, "FormBytes", Skewed)
     a = analyze_schedule(forest, plan)
     (home,) = [b for b in a.ordered.root.blocks() if any(
         isinstance(s, BuildStep) and s.form == total.id for s in b.steps)]
