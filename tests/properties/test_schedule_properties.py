@@ -119,6 +119,17 @@ def test_random_forests_random_budgets_long(case, position, block):
         assert a is not None
 
 
+def _contracted_on_x(forest, ext: dict, policy: BatchPolicy, share_leaves: bool = True):
+    """The schedule of ``forest`` with every term stamped Contracted on ``x_1`` at its root
+    (``share_leaves=False``: whole input blocks fetched per term, as the fitter plans)."""
+    stamps = {}
+    for v, tree in forest.trees.items():
+        labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
+        stamps[v] = {tree.root: ((Open(labels["x_1"], LoopKind.CONTRACTED),), 0)}
+    plan = stamp_plan(forest, ext, policy, stamps)
+    return analyze_schedule(forest, replace(plan, share_leaves=share_leaves))
+
+
 @settings(max_examples=25, **SETTINGS)
 @given(st.integers(2, 4), st.integers(2, 4), st.integers(1, 4), st.integers(2, 12),
        st.integers(1, 3), st.integers(0, 2**31))
@@ -141,12 +152,7 @@ def test_fused_terms_reading_one_whole_block_fetch_it_once(terms, i, more, x, bl
     policy = BatchPolicy(block={"x": block})
 
     def analysis():
-        stamps = {}
-        for v, tree in forest.trees.items():
-            labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
-            stamps[v] = {tree.root: ((Open(labels["x_1"], LoopKind.CONTRACTED),), 0)}
-        plan = stamp_plan(forest, ext, policy, stamps)
-        return analyze_schedule(forest, replace(plan, share_leaves=False))
+        return _contracted_on_x(forest, ext, policy, share_leaves=False)
 
     got = analysis()
     qs = [f for f in got.rich.forms if f.kind is FormKind.LEAF
@@ -196,18 +202,11 @@ def test_fused_terms_sharing_a_slice_are_ordered_by_memory(middle, i, a, x, bloc
     forest = build_forest(se.parse("R{i_1;i_2} = " + " + ".join(terms)), ext)
     policy = BatchPolicy(block={"x": block})
 
-    def analysis():
-        stamps = {}
-        for v, tree in forest.trees.items():
-            labels = {str(ix): ix for node in tree.nodes for ix in node.labels}
-            stamps[v] = {tree.root: ((Open(labels["x_1"], LoopKind.CONTRACTED),), 0)}
-        return analyze_schedule(forest, stamp_plan(forest, ext, policy, stamps))
-
-    lean = analysis()
+    lean = _contracted_on_x(forest, ext, policy)
     original = boulevard.FormBytes
     boulevard.FormBytes = lambda forest, plan: None
     try:
-        by_rank = analysis()
+        by_rank = _contracted_on_x(forest, ext, policy)
     finally:
         boulevard.FormBytes = original
     assert len(lean.rich.loops) == 1 and lean.ordered.root != by_rank.ordered.root
