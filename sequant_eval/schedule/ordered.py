@@ -279,7 +279,7 @@ def _assemble(n: _Node, rich: RichSchedule) -> ScopeBlock:
     if rich.size is not None and n.path and any(len(u) > 1 for u in users.values()):
         # inside a loop: forms shared by several fused terms are read where each term's
         # rank puts it, possibly far apart; ordered by memory instead, where that holds
-        # less at once (where no form has two readers, the rank order is kept)
+        # less at once (where no item is read by two others, the rank order is kept)
         read = set().union(*needs)
         held = {t: rich.size(rich.forms[t[1]]) for t in owner
                 if t[0] == "form" and t in read}
