@@ -122,6 +122,41 @@ def test_a_cache_folder_gives_the_same_schedule_and_rejects_a_damaged_file(tmp_p
     _exact(ev, eqs, EXT)
 
 
+def test_a_schedule_read_from_the_folder_runs_without_planning_a_kernel(tmp_path,
+                                                                           monkeypatch):
+    """A fit read back from the cache folder carries its kernel plans: the first
+    evaluation in a process that planned nothing searches no kernel plan (each a few
+    tenths of a millisecond; 20-30 ms of a cold H2O CCSD run), and the plans it starts
+    from are the ones a backend makes fresh for the same operand shapes (the oracle: a new
+    NumPy backend asked for each). The results equal the unbatched evaluation (1e-12)."""
+    from sequant_eval.plan import kernels
+    from sequant_eval.runtime.backends import get_backend
+
+    memo.set_folder(tmp_path)
+    eqs = ccsd_equations()
+    _fitted(eqs, EXT, 0.3)
+    memo.clear()
+    kernels._PLANS.clear()
+    searched = []
+    real = kernels._plan_contraction
+    monkeypatch.setattr(kernels, "_plan_contraction",
+                        lambda *a: searched.append(a) or real(*a))
+    ev, _ = _fitted(eqs, EXT, 0.3)
+    assert memo.stats("fit")["disk"] >= 1
+    ev.evaluate(_arrays(EXT))
+    assert searched == []
+    _exact(ev, eqs, EXT)
+    program = ev.batched
+    seeded = program._kernel_plans()
+    assert len(seeded) > 50 and len(program.program().graph.nodes) > len(seeded)
+    monkeypatch.setattr(kernels, "_plan_contraction", real)
+    kernels._PLANS.clear()
+    for (vid, a, b, out, layout), plan in seeded.items():
+        fresh = get_backend("numpy")               # its first plan of the contraction
+        fresh.contract(program.forest.values, vid, np.zeros(a), np.zeros(b), out, layout)
+        assert fresh.plans[(vid, a, b, out, layout)] == plan
+
+
 def test_a_file_from_other_code_is_made_again(tmp_path):
     memo.set_folder(tmp_path)
     key = ("x", 1)

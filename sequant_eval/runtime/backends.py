@@ -106,6 +106,14 @@ class NumpyBackend(Backend):
     def zeros(self, shape):
         return np.zeros(shape, self.dtype)
 
+    def know(self, plans, cap: int) -> None:
+        """Start from kernel plans made already (the schedule's, at full batches):
+        ``(vid, left shape, right shape, result shape, layout) → plan``, as many as ``cap``
+        allows beside those held. A contraction's first plan is still the one its first run
+        uses; keys never asked for cost nothing."""
+        for key, plan in itertools.islice(plans.items(), max(0, cap - len(self.plans))):
+            self.plans.setdefault(key, plan)
+
     def contract(self, values, vid: int, a, b, out_shape, layout=None):
         """``values[vid]`` of ``a`` and ``b``; ``layout`` (a permutation of the value's modes)
         asks for the result written in that order instead of the value's own."""
@@ -120,9 +128,9 @@ class NumpyBackend(Backend):
             like = self.first.get((vid, layout))
             plan = plan_contraction(v, values[v.left.value], values[v.right.value],
                                     tuple(out_shape), a.shape, b.shape, like)
-            self.first.setdefault((vid, layout), plan)
-            if self.plan_cap is not None and len(self.plans) >= self.plan_cap:
+            while self.plans and self.plan_cap is not None and len(self.plans) >= self.plan_cap:
                 del self.plans[next(iter(self.plans))]       # the least recently used
+        self.first.setdefault((vid, layout), plan)
         self.plans[key] = plan                                 # now the most recent
         return self._run(plan, a, b)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..errors import ScheduleError, SinkError
 from ..schedule.analysis import ScheduleAnalysis
 from ..schedule.forms import FormKind
+from ..schedule.layouts import form_shape
 from ..schedule.peak import folded_into, liveness, peak_profile_sweep, schedule_points
 from .backends import get_backend
 from .cells import build_cell_table, validate
@@ -74,6 +75,18 @@ class Compiled:
                 self.persistent if warm else frozenset(), self.skip if warm else frozenset())
         return self._programs[warm]
 
+    def _kernel_plans(self) -> dict:
+        """The schedule's kernel plans keyed as a NumPy backend asks for them (operand
+        and result shapes of a full batch, the result in its layout)."""
+        forms, loops, shapes = self.sched.forms, self.sched.loops, self.analysis.shapes
+        out = {}
+        for fid, plan in self.analysis.kernels.items():
+            f = forms[fid]
+            a, b = (tuple(int(x) for x in form_shape(forms[o], shapes, loops))
+                    for o in f.operands)
+            out[(f.value, a, b, tuple(plan.out_shape), self.analysis.layouts.get(fid))] = plan
+        return out
+
     def contraction_plans(self) -> list:
         """The NumPy contraction plans made so far (after a NumPy run)."""
         be = self._backends.get("numpy")
@@ -99,7 +112,9 @@ class Compiled:
         if self.sched.sinks:
             self._check_sinks(sinks)
         if backend not in self._backends:            # kept: their kernel plans are reused
-            self._backends[backend] = get_backend(backend)
+            be = self._backends[backend] = get_backend(backend)
+            if hasattr(be, "know"):
+                be.know(self._kernel_plans(), self.program(bool(self.store)).plan_cap)
         be = self._backends[backend]
         if source is None:
             source = ShapeSource(self.analysis.shapes)

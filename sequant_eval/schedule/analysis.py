@@ -10,7 +10,7 @@ from .boulevard import boulevard_and_order
 from .rich import RichSchedule
 from .flops import schedule_flops
 from .ordered import OrderedSchedule, build_ordered_schedule
-from .layouts import kernel_scratch, sum_layouts
+from .layouts import kernel_plans, kernel_scratch, scratch_of, sum_layouts
 from .peak import (Liveness, PeakProfile, Point, liveness, moves, peak_profile_sweep,
                    schedule_points, sunk_sums, transients)
 
@@ -26,8 +26,8 @@ def value_shapes(forest: Forest, extents) -> tuple[tuple[float, ...], ...]:
 @dataclass(frozen=True)
 class ScheduleAnalysis:
     """Everything the schedule stage derives from a forest and a plan: the rich and ordered
-    schedules, shapes, liveness cells, static points, the peak profile, flops, sum layouts
-    and kernel scratch."""
+    schedules, shapes, liveness cells, static points, the peak profile, flops, sum layouts,
+    kernel scratch and the kernel plans it was derived from."""
 
     forest: Forest
     plan: BatchPlan
@@ -41,6 +41,7 @@ class ScheduleAnalysis:
     layouts: dict = field(default_factory=dict, compare=False)   # contraction form → order
     scratch: dict = field(default_factory=dict, compare=False)   # contraction form → elements
     held: dict | None = field(default=None, compare=False)       # transient(), as swept
+    kernels: dict = field(default_factory=dict, compare=False)   # contraction form → plan
 
     def transient(self, skipped: frozenset[int] = frozenset()) -> dict[int, int]:
         """Point → kernel scratch bytes held there (see ``layouts.kernel_scratch``)."""
@@ -125,10 +126,11 @@ def _analysis(forest: Forest, plan: BatchPlan, rich, ordered) -> ScheduleAnalysi
     cells = liveness(ordered, forest, shapes, plan.policy.itemsize, points)
     moved = {(points[k].form, points[k].entry) for k in moves(ordered, forest, points)}
     layouts = sum_layouts(ordered, forest, shapes, moved)
-    scratch = kernel_scratch(ordered, forest, shapes, layouts)
+    kernels = kernel_plans(ordered, forest, shapes, layouts)
+    scratch = scratch_of(kernels)
     itemsize = plan.policy.itemsize
     held = transients(ordered, forest, shapes, points, scratch, itemsize)
     profile = peak_profile_sweep(cells, len(points), dict(held))
     return ScheduleAnalysis(forest, plan, rich, ordered, tuple(points), tuple(cells), profile,
                             schedule_flops(ordered, forest, shapes), shapes, layouts, scratch,
-                            held)
+                            held, kernels)

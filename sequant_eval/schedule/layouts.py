@@ -24,7 +24,8 @@ from ..plan.kernels import PERMUTED_ADD_US, ContractPlan, plan_contraction
 from .forms import Form, FormKind
 from .ordered import OrderedSchedule
 
-__all__ = ["form_shape", "sum_layouts", "kernel_scratch", "form_kernel"]
+__all__ = ["form_shape", "sum_layouts", "kernel_plans", "kernel_scratch", "scratch_of",
+           "form_kernel"]
 
 
 def form_shape(form: Form, shapes, loops) -> tuple:
@@ -120,13 +121,26 @@ def _nearest_gemm_order(v, perm: tuple[int, ...]) -> tuple[int, ...] | None:
     return best if _run(best, perm) else None
 
 
-def kernel_scratch(sched: OrderedSchedule, forest: Forest, shapes,
-                   layouts: dict[int, tuple[int, ...]]) -> dict[int, int]:
-    """Contraction form → elements its kernel allocates beside the result (nonzero only)."""
+def kernel_plans(sched: OrderedSchedule, forest: Forest, shapes,
+                 layouts: dict[int, tuple[int, ...]]) -> dict[int, ContractPlan]:
+    """Contraction form → its kernel plan at full block extent, in the layout it is written
+    in (none where the sizes are composite). The runtime starts from these (a schedule
+    read back from the cache then plans no kernel again)."""
     out = {}
     for f in sched.forms:
         if f.kind is FormKind.CONTRACT:
             plan = form_kernel(f, sched, forest, shapes, layouts.get(f.id))
-            if plan is not None and plan.scratch_elements:
-                out[f.id] = plan.scratch_elements
+            if plan is not None:
+                out[f.id] = plan
     return out
+
+
+def kernel_scratch(sched: OrderedSchedule, forest: Forest, shapes,
+                   layouts: dict[int, tuple[int, ...]]) -> dict[int, int]:
+    """Contraction form → elements its kernel allocates beside the result (nonzero only)."""
+    return scratch_of(kernel_plans(sched, forest, shapes, layouts))
+
+
+def scratch_of(plans: dict[int, ContractPlan]) -> dict[int, int]:
+    """``kernel_scratch`` from the kernel plans."""
+    return {f: p.scratch_elements for f, p in plans.items() if p.scratch_elements}
