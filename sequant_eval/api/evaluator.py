@@ -228,9 +228,9 @@ class Evaluator:
             self._budgets[self._itemsize] = policy.budget_bytes
             if not policy.finite or not policy.program:
                 fitted = self._fitted(policy)
-                if not policy.finite and not policy.sinks:     # the reserve's, once
-                    _unbatched(self.forest, self.regime, self._itemsize, fitted)
                 program = Compiled(fitted, policy.volatile, self.persist)
+                if not policy.finite and not policy.sinks:     # the reserve's, once
+                    _unbatched(self.forest, self.regime, self._itemsize, fitted, program)
             else:
                 reserve = self.program_bytes
                 fitted = self._fit(policy, reserve)
@@ -357,9 +357,7 @@ class Evaluator:
                                 "client=, or without out=")
             return self._evaluate_on(client, tensors, backend, return_meter, trace_tasks)
         source = TensorSource(self.forest, tensors, self.extents)
-        itemsize = source.dtype().itemsize
-        if itemsize != self._itemsize:      # planned for the inputs' element size
-            self._itemsize = itemsize
+        self._itemsize = source.dtype().itemsize      # planned for the inputs' element size
         sinks = make_sinks(out, self.forest, self.extents, source.dtype(), tensors)
         program = self._compiled(tuple(sorted((n, s.kind) for n, s in sinks.items())))
         if self.persist:
@@ -475,9 +473,9 @@ class Evaluator:
 _UNBATCHED: dict[tuple, tuple] = {}
 
 
-def _unbatched(forest: Forest, regime: Regime, itemsize: int, known=None):
-    """The unbatched schedule of ``forest`` (remembered for the last few forests; ``known``:
-    it, as an unbatched evaluator already fitted it)."""
+def _unbatched(forest: Forest, regime: Regime, itemsize: int, known=None, compiled=None):
+    """The unbatched schedule of ``forest``, remembered for the last few forests (``known``:
+    it as an unbatched evaluator fitted it; ``compiled``: that evaluator's program)."""
     key = (id(forest), tuple(sorted(regime.extents.items())),
            tuple(sorted(regime.moments.items())), itemsize)
     hit = _UNBATCHED.get(key)
@@ -486,6 +484,8 @@ def _unbatched(forest: Forest, regime: Regime, itemsize: int, known=None):
             _UNBATCHED.pop(next(iter(_UNBATCHED)))
         hit = _UNBATCHED[key] = (forest, fit_forest(forest, regime, BatchPolicy(
             itemsize=itemsize)) if known is None else known, {})
+    if compiled is not None and compiled.analysis is hit[1] and not compiled.persistent:
+        hit[2].setdefault("compiled", compiled)
     return hit[1]
 
 
@@ -498,7 +498,9 @@ def _reserve(forest: Forest, regime: Regime, itemsize: int) -> int:
     memo = _UNBATCHED[(id(forest), tuple(sorted(regime.extents.items())),
                        tuple(sorted(regime.moments.items())), itemsize)][2]
     if "reserve" not in memo:
-        memo["reserve"] = reserve_bound(lower_program(a))
+        compiled = memo.get("compiled")       # the unbatched evaluator's: lowered once
+        memo["reserve"] = reserve_bound(compiled.program() if compiled is not None
+                                        else lower_program(a))
     return memo["reserve"]
 
 

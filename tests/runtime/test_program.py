@@ -308,3 +308,29 @@ def test_a_streamed_leaf_is_a_loop_of_the_program_not_a_node_pair_per_chunk():
     import re
     reserve = int(re.search(r"\((\d+) B\) is the program itself", str(info.value)).group(1))
     assert reserve < 100_000, reserve               # 68.7 KiB (229 MiB at a = 10**5 before)
+
+
+def test_an_unbatched_evaluator_lowers_its_program_once(arrays, monkeypatch):
+    """The reserve a budget would charge (``program_reserve``, read by the CC methods'
+    ``max_memory`` check) is measured on the unbatched program, which is also what an
+    unbatched evaluator runs: one lowering serves both (7-10 ms of a cold H2O CCSD run).
+    The reserve equals the bound of a lowering made apart, and the values the unbatched
+    walk of a fresh evaluator (1e-12)."""
+    from sequant_eval.api import evaluator
+    from sequant_eval.runtime import compiled, lower
+    from sequant_eval.runtime.program import reserve_bound
+
+    monkeypatch.setattr(evaluator, "_UNBATCHED", {})        # nothing from earlier tests
+    lowered = []
+    real = lower.lower_program
+    monkeypatch.setattr(compiled, "lower_program", lambda *a: lowered.append(a) or real(*a))
+    monkeypatch.setattr(lower, "lower_program", lambda *a: lowered.append(a) or real(*a))
+    ev = se.Evaluator(ccsd_equations(), EXT)
+    ev.analyze()
+    reserve = ev.program_reserve()
+    out = ev.evaluate(arrays)
+    assert len(lowered) == 1
+    assert reserve == reserve_bound(real(ev.batched.analysis))
+    ref = se.Evaluator(ccsd_equations(), EXT).evaluate(arrays)
+    for name in ref:
+        assert np.abs(out[name] - ref[name]).max() <= 1e-12 * np.abs(ref[name]).max(), name
