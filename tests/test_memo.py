@@ -213,6 +213,29 @@ def test_the_equation_transforms_are_remembered_and_equal_a_fresh_derivation():
         == se.to_text(factored)
 
 
+def test_a_packaged_equation_file_is_parsed_once_per_cache_folder(tmp_path, monkeypatch):
+    """The packaged closed-shell equations read back from the cache folder, in a process
+    that has parsed nothing (memory and the function's own cache cleared), are not parsed
+    again and equal a fresh parse of the file's text (the oracle: ``parse`` itself)."""
+    from importlib import resources
+
+    from sequant_eval.chem import equations as packaged
+    from sequant_eval.expr import parse
+
+    memo.set_folder(tmp_path)
+    packaged.closed_shell_equations.cache_clear()
+    first = packaged.closed_shell_equations()
+    assert memo.stats("equations")["made"] == 1
+    memo.clear()
+    packaged.closed_shell_equations.cache_clear()
+    monkeypatch.setattr(packaged, "parse", lambda text: pytest.fail("parsed again"))
+    again = packaged.closed_shell_equations()
+    assert memo.stats("equations") == {"made": 0, "memory": 0, "disk": 1, "rejected": 0}
+    text = resources.files("sequant_eval.chem").joinpath("data/ccsd_cs.txt").read_text("utf-8")
+    assert again == first == tuple(parse(text)) and again is not first
+    packaged.closed_shell_equations.cache_clear()     # later tests parse as they did
+
+
 def test_another_process_reads_the_fit_a_first_one_wrote(tmp_path):
     """Keys are the same in every process (sets in a policy sorted, not in hash order):
     a second interpreter, with another hash seed, plans nothing."""
