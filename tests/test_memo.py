@@ -175,6 +175,37 @@ def test_a_file_from_other_code_is_made_again(tmp_path):
         assert memo.stats("probe")["rejected"] == 1
 
 
+def test_the_code_hash_changes_with_any_source_or_data_file(tmp_path, monkeypatch):
+    """A cache file carries the hash of the package's code; it follows every ``.py`` and
+    ``.txt`` file (an edit, a newer modification time, a new file), not bytecode caches.
+    Checked on a package of three files made here (the hash is made once per process: its
+    store is emptied before each reading)."""
+    pkg = tmp_path / "pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "memo.py").write_text("x = 1\n")
+    (pkg / "data" / "eqs.txt").write_text("R = f\n")
+    monkeypatch.setattr(memo, "__file__", str(pkg / "memo.py"))
+
+    def code() -> str:
+        monkeypatch.setattr(memo, "_code", [])
+        return memo._code_hash()
+
+    first = code()
+    assert code() == first
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "memo.cpython-311.py").write_text("stale")
+    assert code() == first
+    (pkg / "data" / "eqs.txt").write_text("R = g\n")          # same size, newer time
+    os.utime(pkg / "data" / "eqs.txt", ns=(1, 10**18))
+    second = code()
+    assert second != first
+    (pkg / "memo.py").write_text("x = 12\n")
+    third = code()
+    assert third not in (first, second)
+    (pkg / "new.py").write_text("")
+    assert code() not in (first, second, third)
+
+
 def test_a_cache_folder_that_cannot_be_written_is_left_alone(tmp_path, caplog):
     """A cache "folder" that is a file (as a read-only mount, writing fails): the run goes
     on, planned in memory, with a warning (the read-only case itself needs a non-root
