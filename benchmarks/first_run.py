@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cold starts: ours against PySCF ``cc.CCSD``, each run in a fresh process.
 
-    python benchmarks/first_run.py [--systems h2o] [--rounds 11] [--cache DIR]
+    python benchmarks/first_run.py [--systems h2o] [--rounds 11] [--cache DIR] [--imported]
 
 Per round and system, four fresh processes in turn (ours / PySCF whole run, ours / PySCF
 first iteration), each timing from the converged SCF (computed before the timer; the CC
@@ -14,7 +14,9 @@ package imported inside it) to the end of:
 
 Medians with min-max of each, and the median of the paired ratios (ours over PySCF in the
 same round). ``--cache DIR`` runs ours with ``SEQUANT_EVAL_CACHE=DIR`` (plans remembered
-on disk; the first round fills it). The package's bytecode should be compiled first (a
+on disk; the first round fills it). ``--imported``: each CC package is imported before the
+timer (as a script that imports at its top has done before it calls anything), so the
+figures are the work alone. The package's bytecode should be compiled first (a
 wheel install does; ``python -m compileall`` in a source checkout whose environment sets
 ``PYTHONDONTWRITEBYTECODE``), or the first figures include compiling it.
 """
@@ -33,9 +35,12 @@ from closed_shell import SYSTEMS  # noqa: E402
 _CHILD = r"""
 import sys, time
 from pyscf import gto, scf
-code, kind, atom = sys.argv[1], sys.argv[2], sys.argv[3]
+code, kind, atom, imported = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 mf = scf.RHF(gto.M(atom=atom, basis="cc-pvdz", verbose=0)).run(conv_tol=1e-10)
 cycles = {"whole": None, "first": 1}[kind]
+if imported:
+    from pyscf import cc
+    import sequant_eval.chem
 t = time.perf_counter()
 if code == "pyscf":
     from pyscf import cc
@@ -52,11 +57,12 @@ print(time.perf_counter() - t)
 """
 
 
-def _once(code: str, kind: str, system: str, cache: str | None) -> float:
+def _once(code: str, kind: str, system: str, cache: str | None, imported: bool) -> float:
     env = dict(os.environ)
     if cache and code == "ours":
         env["SEQUANT_EVAL_CACHE"] = cache
-    out = subprocess.run([sys.executable, "-c", _CHILD, code, kind, SYSTEMS[system]],
+    out = subprocess.run([sys.executable, "-c", _CHILD, code, kind, SYSTEMS[system],
+                          "1" if imported else "0"],
                          env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -66,6 +72,8 @@ def main() -> None:
     ap.add_argument("--systems", default="h2o")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--cache", default=None, help="ours with SEQUANT_EVAL_CACHE=DIR")
+    ap.add_argument("--imported", action="store_true",
+                    help="import both CC packages before the timer")
     args = ap.parse_args()
     load = os.getloadavg()
     for system in args.systems.split(","):
@@ -74,9 +82,10 @@ def main() -> None:
             for kind in ("whole", "first"):
                 for code in ("ours", "pyscf"):
                     got.setdefault((code, kind), []).append(
-                        _once(code, kind, system, args.cache))
+                        _once(code, kind, system, args.cache, args.imported))
         print(f"**{system}**, {args.rounds} rounds, load {load[0]:.1f} before, "
-              f"{os.getloadavg()[0]:.1f} after" + (f", cache {args.cache}" if args.cache else ""))
+              f"{os.getloadavg()[0]:.1f} after" + (f", cache {args.cache}" if args.cache else "")
+              + (", packages imported before the timer" if args.imported else ""))
         print("| run | ours s | PySCF s | ours ÷ PySCF (paired median, min–max) |")
         print("|---|---|---|---|")
         for kind in ("whole", "first"):
