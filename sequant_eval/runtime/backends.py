@@ -80,7 +80,7 @@ def _operand(x: np.ndarray, view: ArrayView) -> np.ndarray:
 
 class NumpyBackend(Backend):
     """NumPy on the CPU: contractions as planned strided GEMMs (``plan/kernels.py``), the
-    plans cached per shape."""
+    plans cached per shape, starting from the schedule's own (``know``)."""
 
     name = "numpy"
     symbolic = False
