@@ -142,6 +142,7 @@ class _Layout:
             acc *= extent[m]
         self.size = acc
         self.order = tuple(m for m in self.modes if extent[m] > 1)   # extent-1 modes vanish
+        self.at = {m: i for i, m in enumerate(self.order)}
 
     def runs(self, members: set[int]) -> list[tuple[int, ...]]:
         """Every run of consecutive non-trivial modes, all in ``members`` (mergeable groups)."""
@@ -157,9 +158,13 @@ class _Layout:
         """Stride of ``group`` as one dimension, None if not consecutive in this order."""
         if not group:
             return 0
-        pos = [self.order.index(m) if m in self.order else -1 for m in group]
-        if pos[0] < 0 or pos != list(range(pos[0], pos[0] + len(group))):
+        at = self.at
+        first = at.get(group[0])
+        if first is None:
             return None
+        for k, m in enumerate(group):
+            if at.get(m) != first + k:
+                return None
         return self.stride[group[-1]]
 
 
@@ -182,12 +187,13 @@ def _core(d1: int, s1: int, d2: int, s2: int) -> tuple[int, int] | None:
 
 
 def _matrix_view(layout: _Layout, batch: Sequence[int], rows: tuple[int, ...],
-                 cols: tuple[int, ...], extent: dict[int, int]) -> ArrayView | None:
-    """View of ``layout`` as ``batch × (rows × cols)``; None when no strided view exists."""
+                 cols: tuple[int, ...], extent: dict[int, int], d1: int, d2: int
+                 ) -> ArrayView | None:
+    """View of ``layout`` as ``batch × (rows × cols)`` (``d1``, ``d2``: the extents of
+    ``rows`` and ``cols``); None when no strided view exists."""
     r, c = layout.merged(rows), layout.merged(cols)
     if r is None or c is None:
         return None
-    d1, d2 = prod(extent[m] for m in rows), prod(extent[m] for m in cols)
     core = _core(d1, r, d2, c)
     if core is None:
         return None
@@ -197,14 +203,15 @@ def _matrix_view(layout: _Layout, batch: Sequence[int], rows: tuple[int, ...],
 
 
 def _copied_view(layout: _Layout, batch: Sequence[int], rows: tuple[int, ...],
-                 cols: tuple[int, ...], extent: dict[int, int], result: bool) -> ArrayView:
+                 cols: tuple[int, ...], extent: dict[int, int], d1: int, d2: int,
+                 result: bool) -> ArrayView:
     """The view after copying into the contiguous layout (own batch modes, rows, cols)."""
     own = [m for m in batch if m in layout.stride]
     copy_modes = (*own, *rows, *cols)
     rest = [m for m in layout.modes if m not in copy_modes]          # extent-1 modes
     copy_modes = (*rest, *copy_modes)
     copy_layout = _Layout(copy_modes, extent)
-    view = _matrix_view(copy_layout, batch, rows, cols, extent)
+    view = _matrix_view(copy_layout, batch, rows, cols, extent, d1, d2)
     buffer_shape = tuple(extent[m] for m in copy_modes)
     if result:   # temporary in copy order → result order
         perm = tuple(copy_modes.index(m) for m in layout.modes)
@@ -349,7 +356,7 @@ def _plan_contraction(value: Value, extents: Sequence[int], left_extents: Sequen
                 bound = batch * (whole_k // size[ks]) * gemm_time_us(size[rows], size[cols],
                                                                      size[ks])
                 groupings.append((bound, len(groupings), (rows, cols, ks)))
-    groupings.sort(key=lambda g: g[:2])
+    groupings.sort()                        # by bound, then enumeration order (unique)
     best, grouping = None, ()
     for bound, k, (rows, cols, ks) in groupings:
         if best is not None and bound > best[0][0]:
@@ -380,13 +387,13 @@ def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...]
     cost = nbatch * gemm_time_us(m_, n_, k_)
     if beat is not None and cost >= beat:
         return None
-    xa = _matrix_view(la, batch, rows, ks, extent)
+    xa = _matrix_view(la, batch, rows, ks, extent, m_, k_)
     if xa is None:
-        xa = _copied_view(la, batch, rows, ks, extent, False)
+        xa = _copied_view(la, batch, rows, ks, extent, m_, k_, False)
         cost += _COPY_US * la.size
-    xb = _matrix_view(lb, batch, ks, cols, extent)
+    xb = _matrix_view(lb, batch, ks, cols, extent, k_, n_)
     if xb is None:
-        xb = _copied_view(lb, batch, ks, cols, extent, False)
+        xb = _copied_view(lb, batch, ks, cols, extent, k_, n_, False)
         cost += _COPY_US * lb.size
     if m_ == 1 and xa.strides[-1] != 1:   # a vector operand read across cache lines
         cost += nbatch * k_ * _STRIDED_US
@@ -394,14 +401,14 @@ def _gemm_candidate(la: _Layout, lb: _Layout, lr: _Layout, rows: tuple[int, ...]
         cost += nbatch * k_ * _STRIDED_US
     if split:  # the temporary: split modes first, then the result's layout
         partial = _Layout((*split, *lr.modes), extent)
-        xz = _matrix_view(partial, batch, rows, cols, extent)
+        xz = _matrix_view(partial, batch, rows, cols, extent, m_, n_)
         if xz is None:
             return None
         xz = ArrayView(xz.shape, xz.strides, None, tuple(extent[m] for m in partial.modes))
         cost += _REDUCE_US * partial.size
     else:
-        xz = _matrix_view(lr, batch, rows, cols, extent)
+        xz = _matrix_view(lr, batch, rows, cols, extent, m_, n_)
         if xz is None:
-            xz = _copied_view(lr, batch, rows, cols, extent, True)
+            xz = _copied_view(lr, batch, rows, cols, extent, m_, n_, True)
             cost += _COPY_US * lr.size
     return cost, xa, xb, xz, (nbatch, m_, n_, k_), len(split)
