@@ -11,15 +11,15 @@ value, made once per key:
 - across processes, when a cache folder is set (``SEQUANT_EVAL_CACHE=DIR`` or
   ``set_folder(DIR)``): one file per key, named after a hash of the key.
 
-A key is a tuple of plain values (text, numbers, tuples of them) holding everything the value
-depends on — the equations as text, extents, the policy, the budget. A file is used only when
-its header matches: the file format, the package's code (a hash of its source and data files'
-paths, sizes and modification times, so an upgraded or edited package never reads an older
-one's plans), the whole key (not only its hash), and
-a checksum of the stored value; anything else — another key, a truncated or edited file,
-one that does not unpickle — is made again and the file rewritten. A folder that cannot be
-written is left alone (the run goes on; the value is made in memory). The folder holds
-pickles: point it only at a folder you own.
+A key is a tuple of plain values (text, numbers, tuples of them) holding everything the
+value depends on — the equations as text, extents, the policy, the budget. A file is used
+only when its header matches: the file format, the package's code (a hash of its source and
+data files' paths, sizes and modification times, so an upgraded or edited package never
+reads an older one's plans), the whole key (not only its hash), and a checksum of the stored
+value; anything else — another key, a truncated or edited file, one that does not unpickle —
+is made again and the file rewritten. A folder that cannot be written is left alone (the run
+goes on; the value is made in memory). The folder holds pickles: point it only at a folder
+you own.
 
 A bottom helper: it imports only ``errors``.
 """
