@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from ..errors import ScheduleError, SinkError
 from ..schedule.analysis import ScheduleAnalysis
-from ..schedule.forms import FormKind
-from ..schedule.layouts import form_shape
+from ..schedule.forms import FormKind, form_shape
 from ..schedule.peak import folded_into, liveness, peak_profile_sweep, schedule_points
 from .backends import get_backend
 from .cells import build_cell_table, validate

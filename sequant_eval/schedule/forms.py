@@ -17,7 +17,8 @@ from ..plan.loops import LoopKind
 from ..plan.planner import BatchPlan
 from ..plan.regime import Regime, footprint_bytes
 
-__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread", "FormBytes"]
+__all__ = ["FormKind", "Form", "TermForms", "build_forms", "drop_unread", "FormBytes",
+           "form_shape"]
 
 
 class FormKind(enum.Enum):
@@ -242,6 +243,15 @@ def build_forms(forest: Forest, plan: BatchPlan) -> tuple[list[Form], dict[int, 
     return _prune(b.forms, b.terms, roots)
 
 
+def form_shape(form: Form, shapes, loops) -> tuple:
+    """The shape of one batch of ``form`` at full block extent (``shapes``: per value;
+    ``loops``: loop id → its loop)."""
+    shape = list(shapes[form.value])
+    for pos, lid in form.sliced:
+        shape[pos] = min(loops[lid].block, shape[pos])
+    return tuple(shape)
+
+
 class FormBytes:
     """A form's bytes under a plan (its value's shape, each sliced mode at its loop's
     block), remembered per value and slicing: what the sequencer weighs a block's orders
@@ -253,7 +263,7 @@ class FormBytes:
         extents = plan.extents
         self.regime = extents if isinstance(extents, Regime) else Regime.from_extents(extents)
         self.values = forest.values
-        self.blocks = {l.id: l.block for l in plan.loops}
+        self.loops = {l.id: l for l in plan.loops}
         self.itemsize = plan.policy.itemsize
         self.memo: dict[tuple, int] = {}
 
@@ -262,10 +272,9 @@ class FormBytes:
         got = self.memo.get(key)
         if got is None:
             value = self.values[form.value]
-            shape = list(self.regime.mode_sizes(value.spaces, value.groups))
-            for pos, lid in form.sliced:
-                shape[pos] = min(self.blocks[lid], shape[pos])
-            got = self.memo[key] = footprint_bytes(shape, self.itemsize)
+            shapes = {form.value: self.regime.mode_sizes(value.spaces, value.groups)}
+            got = self.memo[key] = footprint_bytes(form_shape(form, shapes, self.loops),
+                                                   self.itemsize)
         return got
 
 

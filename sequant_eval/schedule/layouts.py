@@ -21,19 +21,10 @@ from math import prod
 
 from ..forest.values import Forest
 from ..plan.kernels import PERMUTED_ADD_US, ContractPlan, plan_contraction
-from .forms import Form, FormKind
+from .forms import Form, FormKind, form_shape
 from .ordered import OrderedSchedule
 
-__all__ = ["form_shape", "sum_layouts", "kernel_plans", "kernel_scratch", "scratch_of",
-           "form_kernel"]
-
-
-def form_shape(form: Form, shapes, loops) -> tuple:
-    """The shape of one batch of ``form`` at full block extent."""
-    shape = list(shapes[form.value])
-    for pos, lid in form.sliced:
-        shape[pos] = min(loops[lid].block, shape[pos])
-    return tuple(shape)
+__all__ = ["sum_layouts", "kernel_plans", "kernel_scratch", "scratch_of", "form_kernel"]
 
 
 def _integral(*shapes) -> bool:
